@@ -1,0 +1,55 @@
+"""The signal protocol: Debezium-compatible signal rows, parsed strictly into typed signals.
+
+This package is pure (no database imports) except ``signals.table``, which holds the DDL and
+the insert/read helpers and needs SQLAlchemy.
+"""
+
+from signals.model import (
+    USER_SIGNAL_TYPES,
+    AdditionalCondition,
+    ExecuteSnapshot,
+    LogSignal,
+    PauseSnapshot,
+    ResumeSnapshot,
+    Signal,
+    SignalError,
+    SignalType,
+    SnapshotType,
+    StopSnapshot,
+    Watermark,
+    WatermarkKind,
+    to_row,
+)
+from signals.names import (
+    TableId,
+    TableNameError,
+    TablePattern,
+    TableSelector,
+    parse_table_name,
+    parse_table_selector,
+)
+from signals.parser import parse_signal
+
+__all__ = [
+    "USER_SIGNAL_TYPES",
+    "AdditionalCondition",
+    "ExecuteSnapshot",
+    "LogSignal",
+    "PauseSnapshot",
+    "ResumeSnapshot",
+    "Signal",
+    "SignalError",
+    "SignalType",
+    "SnapshotType",
+    "StopSnapshot",
+    "TableId",
+    "TableNameError",
+    "TablePattern",
+    "TableSelector",
+    "Watermark",
+    "WatermarkKind",
+    "parse_signal",
+    "parse_table_name",
+    "parse_table_selector",
+    "to_row",
+]

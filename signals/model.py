@@ -1,0 +1,170 @@
+"""Typed signals, as rows of the Debezium-compatible signal table turn into.
+
+Each signal knows how to write itself back as ``(id, type, data)`` so the insert helper and
+the CLI never build signal JSON by hand, and so parsing can be tested as a round trip.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from signals.names import TableSelector
+
+
+class SignalType(StrEnum):
+    EXECUTE_SNAPSHOT = "execute-snapshot"
+    STOP_SNAPSHOT = "stop-snapshot"
+    PAUSE_SNAPSHOT = "pause-snapshot"
+    RESUME_SNAPSHOT = "resume-snapshot"
+    LOG = "log"
+    # Written by the engine itself around each chunk SELECT (Debezium's names, so a signal
+    # table shared with Debezium tooling reads the same).
+    WINDOW_OPEN = "snapshot-window-open"
+    WINDOW_CLOSE = "snapshot-window-close"
+
+
+# The types a user writes; the window types are the engine's own.
+USER_SIGNAL_TYPES = (
+    SignalType.EXECUTE_SNAPSHOT,
+    SignalType.STOP_SNAPSHOT,
+    SignalType.PAUSE_SNAPSHOT,
+    SignalType.RESUME_SNAPSHOT,
+    SignalType.LOG,
+)
+
+
+class SnapshotType(StrEnum):
+    INCREMENTAL = "incremental"
+
+
+@dataclass(frozen=True, slots=True)
+class AdditionalCondition:
+    """A row filter for one table; SQL by design, appended as ``AND (<filter>)``."""
+
+    data_collection: TableSelector
+    filter: str
+
+
+@dataclass(frozen=True, slots=True)
+class ExecuteSnapshot:
+    id: str
+    data_collections: tuple[TableSelector, ...]
+    snapshot_type: SnapshotType = SnapshotType.INCREMENTAL
+    additional_conditions: tuple[AdditionalCondition, ...] = ()
+    surrogate_key: str | None = None
+    type: SignalType = field(default=SignalType.EXECUTE_SNAPSHOT, init=False)
+
+    def data(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "data-collections": [str(s) for s in self.data_collections],
+            "type": self.snapshot_type.value,
+        }
+        if self.additional_conditions:
+            out["additional-conditions"] = [
+                {"data-collection": str(c.data_collection), "filter": c.filter}
+                for c in self.additional_conditions
+            ]
+        if self.surrogate_key is not None:
+            out["surrogate-key"] = self.surrogate_key
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class StopSnapshot:
+    """Stops the snapshot of the named tables, or of every table when none is named."""
+
+    id: str
+    data_collections: tuple[TableSelector, ...] = ()
+    snapshot_type: SnapshotType = SnapshotType.INCREMENTAL
+    type: SignalType = field(default=SignalType.STOP_SNAPSHOT, init=False)
+
+    def data(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.snapshot_type.value}
+        if self.data_collections:
+            out["data-collections"] = [str(s) for s in self.data_collections]
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class PauseSnapshot:
+    id: str
+    snapshot_type: SnapshotType = SnapshotType.INCREMENTAL
+    type: SignalType = field(default=SignalType.PAUSE_SNAPSHOT, init=False)
+
+    def data(self) -> dict[str, Any]:
+        return {"type": self.snapshot_type.value}
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeSnapshot:
+    id: str
+    snapshot_type: SnapshotType = SnapshotType.INCREMENTAL
+    type: SignalType = field(default=SignalType.RESUME_SNAPSHOT, init=False)
+
+    def data(self) -> dict[str, Any]:
+        return {"type": self.snapshot_type.value}
+
+
+@dataclass(frozen=True, slots=True)
+class LogSignal:
+    """Asks the engine to write ``message`` to its log (handy to mark a point in the stream)."""
+
+    id: str
+    message: str
+    type: SignalType = field(default=SignalType.LOG, init=False)
+
+    def data(self) -> dict[str, Any]:
+        return {"message": self.message}
+
+
+class WatermarkKind(StrEnum):
+    OPEN = "open"
+    CLOSE = "close"
+
+
+@dataclass(frozen=True, slots=True)
+class Watermark:
+    """The engine's own open/close row around a chunk SELECT; ``id`` is ``<window>-<kind>``.
+
+    A window id is a UUID (36 characters), so ``<uuid>-close`` fits the 42-character id
+    column exactly, as in Debezium.
+    """
+
+    window_id: str
+    kind: WatermarkKind
+
+    @property
+    def id(self) -> str:
+        return f"{self.window_id}-{self.kind.value}"
+
+    @property
+    def type(self) -> SignalType:
+        if self.kind is WatermarkKind.OPEN:
+            return SignalType.WINDOW_OPEN
+        return SignalType.WINDOW_CLOSE
+
+    def data(self) -> dict[str, Any]:
+        return {}
+
+
+Signal = ExecuteSnapshot | StopSnapshot | PauseSnapshot | ResumeSnapshot | LogSignal
+
+
+@dataclass(frozen=True, slots=True)
+class SignalError:
+    """A signal row that could not be accepted. A value, never raised: the stream goes on."""
+
+    signal_id: str
+    signal_type: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"signal {self.signal_id!r} ({self.signal_type}): {self.problem}"
+
+
+def to_row(signal: Signal | Watermark) -> tuple[str, str, str]:
+    """The ``(id, type, data)`` row that stands for ``signal`` in the signal table."""
+    return signal.id, signal.type.value, json.dumps(signal.data(), separators=(",", ":"))

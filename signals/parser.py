@@ -1,0 +1,222 @@
+"""The strict signal parser: a signal-table row in, a typed signal or an error value out.
+
+It never raises. A bad row (malformed JSON, an unknown type, a missing, misspelt or
+wrong-typed field) comes back as a ``SignalError`` naming the signal id and the problem, so
+the engine can record it where the user looks and keep streaming. Unknown fields are errors
+too: a misspelt ``additional-conditions`` silently ignored would snapshot the wrong rows.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from signals.model import (
+    USER_SIGNAL_TYPES,
+    AdditionalCondition,
+    ExecuteSnapshot,
+    LogSignal,
+    PauseSnapshot,
+    ResumeSnapshot,
+    Signal,
+    SignalError,
+    SignalType,
+    SnapshotType,
+    StopSnapshot,
+    Watermark,
+    WatermarkKind,
+)
+from signals.names import TableId, TableNameError, TableSelector, parse_table_selector
+
+NonEmpty = Annotated[str, StringConstraints(min_length=1)]
+
+
+class _Payload(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class _Condition(_Payload):
+    data_collection: NonEmpty = Field(alias="data-collection")
+    filter: NonEmpty
+
+
+class _ExecuteData(_Payload):
+    data_collections: list[NonEmpty] = Field(alias="data-collections", min_length=1)
+    type: NonEmpty = SnapshotType.INCREMENTAL.value
+    additional_conditions: list[_Condition] = Field(default=[], alias="additional-conditions")
+    surrogate_key: NonEmpty | None = Field(default=None, alias="surrogate-key")
+
+
+class _StopData(_Payload):
+    data_collections: list[NonEmpty] = Field(default=[], alias="data-collections")
+    type: NonEmpty = SnapshotType.INCREMENTAL.value
+
+
+class _TypeOnlyData(_Payload):
+    type: NonEmpty = SnapshotType.INCREMENTAL.value
+
+
+class _LogData(_Payload):
+    message: str
+
+
+class _Problem(Exception):
+    """Internal: carries one problem up to the single place that makes the error value."""
+
+
+# Friendlier words for mistakes people make when porting signals from older Debezium docs.
+_HINTS = {
+    "additional-condition": "'additional-condition' (one string) was replaced by "
+    "'additional-conditions': [{\"data-collection\": ..., \"filter\": ...}]",
+    "data-collection": "did you mean 'data-collections' (a list of tables)?",
+}
+
+
+def _describe(exc: ValidationError) -> str:
+    problems = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "data"
+        if err["type"] == "extra_forbidden":
+            hint = _HINTS.get(str(err["loc"][-1]))
+            problems.append(f"unknown field {where!r}" + (f": {hint}" if hint else ""))
+        elif err["type"] == "missing":
+            problems.append(f"field {where!r} is required")
+        else:
+            problems.append(f"field {where!r}: {err['msg'].lower()}")
+    return "; ".join(problems)
+
+
+def _validate(model: type[_Payload], data: Any) -> Any:
+    try:
+        return model.model_validate(data, by_alias=True)
+    except ValidationError as exc:
+        raise _Problem(_describe(exc)) from None
+
+
+def _snapshot_type(value: str) -> SnapshotType:
+    # Debezium upper-cases the type before looking it up; its docs spell it "INCREMENTAL".
+    lowered = value.lower()
+    if lowered == SnapshotType.INCREMENTAL.value:
+        return SnapshotType.INCREMENTAL
+    if lowered == "blocking":
+        raise _Problem("snapshot type 'blocking' is not supported; use 'incremental'")
+    raise _Problem(f"unknown snapshot type {value!r}; the only type is 'incremental'")
+
+
+def _selectors(names: list[str], field: str) -> tuple[TableSelector, ...]:
+    out: list[TableSelector] = []
+    for name in names:
+        try:
+            selector = parse_table_selector(name)
+        except TableNameError as exc:
+            raise _Problem(f"{field}: {exc}") from None
+        if selector in out:
+            raise _Problem(f"{field}: {name!r} is listed twice")
+        out.append(selector)
+    return tuple(out)
+
+
+def _conditions(
+    raw: list[_Condition], tables: tuple[TableSelector, ...]
+) -> tuple[AdditionalCondition, ...]:
+    out: list[AdditionalCondition] = []
+    for cond in raw:
+        (selector,) = _selectors([cond.data_collection], "additional-conditions")
+        if any(c.data_collection == selector for c in out):
+            raise _Problem(
+                f"additional-conditions: two filters for {cond.data_collection!r}; "
+                "combine them into one with AND"
+            )
+        # An exact name that none of the snapshot's tables can be is surely a typo. Patterns
+        # and unqualified names are checked once the names are resolved against the catalog.
+        if isinstance(selector, TableId) and selector.schema is not None and all(
+            isinstance(t, TableId) and t.schema is not None for t in tables
+        ) and selector not in tables:
+            raise _Problem(
+                f"additional-conditions: {cond.data_collection!r} is not one of the "
+                "data-collections of this snapshot"
+            )
+        out.append(AdditionalCondition(selector, cond.filter))
+    return tuple(out)
+
+
+def _payload(data: str | None) -> Any:
+    if data is None or not data.strip():
+        return {}
+    try:
+        payload = json.loads(data)
+    except json.JSONDecodeError as exc:
+        raise _Problem(f"data is not valid JSON ({exc.msg} at line {exc.lineno} column "
+                       f"{exc.colno})") from None
+    if payload is None:
+        return {}
+    if not isinstance(payload, dict):
+        raise _Problem(f"data must be a JSON object, not {type(payload).__name__}")
+    return payload
+
+
+def _parse(signal_id: str, signal_type: str, data: str | None) -> Signal | Watermark:
+    if not signal_id:
+        raise _Problem("the signal has an empty id")
+    try:
+        kind = SignalType(signal_type)
+    except ValueError:
+        known = ", ".join(t.value for t in USER_SIGNAL_TYPES)
+        raise _Problem(f"unknown signal type {signal_type!r}; known types: {known}") from None
+    payload = _payload(data)
+    match kind:
+        case SignalType.EXECUTE_SNAPSHOT:
+            ex = _validate(_ExecuteData, payload)
+            tables = _selectors(ex.data_collections, "data-collections")
+            return ExecuteSnapshot(
+                id=signal_id,
+                data_collections=tables,
+                snapshot_type=_snapshot_type(ex.type),
+                additional_conditions=_conditions(ex.additional_conditions, tables),
+                surrogate_key=ex.surrogate_key,
+            )
+        case SignalType.STOP_SNAPSHOT:
+            st = _validate(_StopData, payload)
+            return StopSnapshot(
+                id=signal_id,
+                data_collections=_selectors(st.data_collections, "data-collections"),
+                snapshot_type=_snapshot_type(st.type),
+            )
+        case SignalType.PAUSE_SNAPSHOT:
+            pause = _validate(_TypeOnlyData, payload)
+            return PauseSnapshot(id=signal_id, snapshot_type=_snapshot_type(pause.type))
+        case SignalType.RESUME_SNAPSHOT:
+            resume = _validate(_TypeOnlyData, payload)
+            return ResumeSnapshot(id=signal_id, snapshot_type=_snapshot_type(resume.type))
+        case SignalType.LOG:
+            return LogSignal(id=signal_id, message=_validate(_LogData, payload).message)
+        case SignalType.WINDOW_OPEN | SignalType.WINDOW_CLOSE:
+            wm_kind = WatermarkKind.OPEN if kind is SignalType.WINDOW_OPEN else WatermarkKind.CLOSE
+            suffix = f"-{wm_kind.value}"
+            if not signal_id.endswith(suffix) or len(signal_id) == len(suffix):
+                raise _Problem(f"a {kind.value} row must have an id '<window>{suffix}'")
+            return Watermark(window_id=signal_id[: -len(suffix)], kind=wm_kind)
+    raise AssertionError(kind)  # pragma: no cover - match is exhaustive
+
+
+def parse_signal(
+    signal_id: object, signal_type: object, data: object
+) -> Signal | Watermark | SignalError:
+    """Parse one signal-table row. Never raises; a bad row gives a ``SignalError``."""
+    sid = "" if signal_id is None else str(signal_id)
+    stype = "" if signal_type is None else str(signal_type)
+    try:
+        if isinstance(data, bytes | bytearray | memoryview):
+            try:
+                data = bytes(data).decode("utf-8")
+            except UnicodeDecodeError:
+                raise _Problem("data is not UTF-8 text") from None
+        if data is not None and not isinstance(data, str):
+            raise _Problem(f"data must be text, not {type(data).__name__}")
+        return _parse(sid, stype, data)
+    except _Problem as problem:
+        return SignalError(sid, stype or "?", str(problem))
+    except Exception as exc:  # a parser bug must not stop the stream either
+        return SignalError(sid, stype or "?", f"internal error while parsing: {exc!r}")

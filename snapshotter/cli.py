@@ -1,0 +1,184 @@
+"""The ``snapshotter`` command. Commands parse arguments and print; the work is elsewhere."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from signals import Signal, SignalError, SignalType, Watermark, parse_signal
+from signals.table import create_signal_table, insert_signal, new_signal_id, read_signals
+from snapshotter import __version__
+from snapshotter.config import Config, ConfigError, load_config
+from snapshotter.connect import create_engine
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+class CliError(Exception):
+    """An error to print as one line and exit with ``code``."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _config(args: argparse.Namespace) -> Config:
+    try:
+        return load_config(args.config)
+    except ConfigError as exc:
+        raise CliError(str(exc), code=2) from None
+
+
+def _connect(config: Config) -> sa.Engine:
+    engine = create_engine(config.source)
+    try:
+        with engine.connect():
+            pass
+    except sa.exc.OperationalError as exc:
+        url = engine.url.render_as_string(hide_password=True)
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+        raise CliError(f"cannot connect to the source at {url}: {reason}") from None
+    return engine
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    config = _config(args)
+    engine = _connect(config)
+    table = config.source.signal_table_id
+    with engine.begin() as conn:
+        created = create_signal_table(conn, table)
+    out.print(escape(f"signal table {table}: {'created' if created else 'already there'}"))
+    return 0
+
+
+def _signal_data(args: argparse.Namespace) -> dict[str, Any]:
+    kind = SignalType(args.kind)
+    if kind is SignalType.EXECUTE_SNAPSHOT:
+        data: dict[str, Any] = {"data-collections": args.tables, "type": "incremental"}
+        conditions = []
+        for item in args.filter or []:
+            table, sep, sql = item.partition("=")
+            if not sep or not table.strip() or not sql.strip():
+                raise CliError(f"--filter {item!r}: write it as TABLE=SQL", code=2)
+            conditions.append({"data-collection": table.strip(), "filter": sql.strip()})
+        if conditions:
+            data["additional-conditions"] = conditions
+        if args.surrogate_key:
+            data["surrogate-key"] = args.surrogate_key
+        return data
+    if kind is SignalType.STOP_SNAPSHOT:
+        return {"data-collections": args.tables, "type": "incremental"} if args.tables else {
+            "type": "incremental"}
+    if kind is SignalType.LOG:
+        return {"message": args.message}
+    return {"type": "incremental"}
+
+
+def cmd_signal(args: argparse.Namespace) -> int:
+    config = _config(args)
+    # The CLI builds the row and runs it through the same strict parser the engine uses, so
+    # a signal the engine would refuse is refused here, before it reaches the table.
+    parsed = parse_signal(new_signal_id(), args.kind, json.dumps(_signal_data(args)))
+    if isinstance(parsed, SignalError):
+        raise CliError(f"not sent: {parsed.problem}", code=2)
+    assert not isinstance(parsed, Watermark)
+    engine = _connect(config)
+    with engine.begin() as conn:
+        signal_id = insert_signal(conn, config.source.signal_table_id, parsed)
+    out.print(escape(f"{parsed.type.value} signal {signal_id} inserted into "
+                     f"{config.source.signal_table_id}"))
+    return 0
+
+
+def _describe(signal: Signal | Watermark | SignalError) -> tuple[str, str, str]:
+    if isinstance(signal, SignalError):
+        return (escape(signal.signal_id), escape(signal.signal_type),
+                f"[red]error:[/red] {escape(signal.problem)}")
+    if isinstance(signal, Watermark):
+        return signal.id, signal.type.value, f"window {signal.window_id}"
+    return escape(signal.id), signal.type.value, escape(json.dumps(signal.data()))
+
+
+def cmd_signals(args: argparse.Namespace) -> int:
+    config = _config(args)
+    engine = _connect(config)
+    with engine.connect() as conn:
+        signals = read_signals(conn, config.source.signal_table_id)
+    if args.json:
+        rows: list[dict[str, Any]] = []
+        for s in signals:
+            if isinstance(s, SignalError):
+                rows.append({"id": s.signal_id, "type": s.signal_type, "error": s.problem})
+            else:
+                rows.append({"id": s.id, "type": s.type.value, "data": s.data()})
+        out.print_json(json.dumps(rows))
+        return 0
+    table = Table(title=f"signals in {config.source.signal_table_id}")
+    table.add_column("id", overflow="fold")
+    table.add_column("type", no_wrap=True)
+    table.add_column("data", overflow="fold")
+    for s in signals:
+        table.add_row(*_describe(s))
+    out.print(table)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="snapshotter",
+        description="Incremental, lock-free, resumable table snapshots (DBLog watermarks).",
+    )
+    parser.add_argument("--version", action="version", version=f"snapshotter {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def with_config(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("-c", "--config", required=True, help="the TOML configuration file")
+        return p
+
+    init = with_config(sub.add_parser("init", help="create the signal table in the source"))
+    init.set_defaults(func=cmd_init)
+
+    signal = with_config(sub.add_parser("signal", help="insert a signal into the signal table"))
+    kinds = signal.add_subparsers(dest="kind", required=True, metavar="SIGNAL")
+    execute = kinds.add_parser(SignalType.EXECUTE_SNAPSHOT.value,
+                               help="snapshot tables (names or regex patterns)")
+    execute.add_argument("tables", nargs="+", metavar="TABLE")
+    execute.add_argument("--filter", action="append", metavar="TABLE=SQL",
+                         help="additional condition for one table (SQL, appended with AND)")
+    execute.add_argument("--surrogate-key", metavar="COLUMN",
+                         help="a NOT NULL unique column to page by, for a table without a key")
+    stop = kinds.add_parser(SignalType.STOP_SNAPSHOT.value, help="stop snapshots (all if no TABLE)")
+    stop.add_argument("tables", nargs="*", metavar="TABLE")
+    kinds.add_parser(SignalType.PAUSE_SNAPSHOT.value, help="pause the running snapshot")
+    kinds.add_parser(SignalType.RESUME_SNAPSHOT.value, help="resume a paused snapshot")
+    log = kinds.add_parser(SignalType.LOG.value, help="write a message to the engine's log")
+    log.add_argument("message")
+    signal.set_defaults(func=cmd_signal)
+
+    signals = with_config(sub.add_parser("signals", help="list the signal table, parsed"))
+    signals.add_argument("--json", action="store_true", help="print JSON")
+    signals.set_defaults(func=cmd_signals)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except CliError as exc:
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
+        return exc.code
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""Change events in Debezium's envelope: ``before``, ``after``, ``source``, ``op``, ``ts_ms``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from signals.names import TableId
+from snapshotter.core.keys import Key
+from snapshotter.core.position import Position
+
+Row = Mapping[str, Any]
+
+ENVELOPE_VERSION = "snapshotter-0.1"
+
+
+class Op(StrEnum):
+    CREATE = "c"
+    UPDATE = "u"
+    DELETE = "d"
+    READ = "r"
+    TRUNCATE = "t"
+
+
+class SnapshotMarker(StrEnum):
+    """``source.snapshot``: "false" for log events, "incremental" for chunk READ rows."""
+
+    FALSE = "false"
+    INCREMENTAL = "incremental"
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """The ``source`` block: where an event came from and where it sits in the log.
+
+    ``details`` carries what only one connector has (PostgreSQL ``lsn``, ``txId``; MySQL
+    ``file``, ``pos``, ``gtid``, ``server_id``...). ``pos`` in the envelope is always the
+    position token, whose text order is log order.
+    """
+
+    connector: str
+    name: str
+    db: str
+    table: TableId
+    position: Position
+    ts_ms: int
+    snapshot: SnapshotMarker = SnapshotMarker.FALSE
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": ENVELOPE_VERSION,
+            "connector": self.connector,
+            "name": self.name,
+            "ts_ms": self.ts_ms,
+            "snapshot": self.snapshot.value,
+            "db": self.db,
+            "schema": self.table.schema,
+            "table": self.table.table,
+            **self.details,
+            "pos": self.position.token,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeEvent:
+    """One change to one row (or a TRUNCATE of the whole table).
+
+    ``key`` is the primary key of the row the event is about (of ``after`` for c/u/r, of
+    ``before`` for d; None for t). A reader that sees a primary-key change emits it as ``d`` of
+    the old key then ``c`` of the new one, as Debezium does; should an ``u`` still carry a
+    changed key, ``old_key`` holds the key of ``before`` so the window drops both.
+    """
+
+    op: Op
+    source: Source
+    ts_ms: int
+    key: Key | None
+    before: Row | None = None
+    after: Row | None = None
+    old_key: Key | None = None
+
+    def __post_init__(self) -> None:
+        if self.op is Op.TRUNCATE:
+            if self.key is not None or self.before is not None or self.after is not None:
+                raise ValueError("a truncate event carries no key and no row")
+            return
+        if self.key is None:
+            raise ValueError(f"an {self.op.value!r} event needs the row's key")
+        if self.op is Op.DELETE and self.after is not None:
+            raise ValueError("a delete event has no 'after' row")
+        if self.op is not Op.DELETE and self.after is None:
+            raise ValueError(f"an {self.op.value!r} event needs an 'after' row")
+
+    @property
+    def table(self) -> TableId:
+        return self.source.table
+
+    @property
+    def position(self) -> Position:
+        return self.source.position
+
+    def touched_keys(self) -> tuple[Key, ...]:
+        """Every key whose row this event changes: one, or two for an in-place key change."""
+        if self.key is None:
+            return ()
+        if self.old_key is not None and self.old_key != self.key:
+            return (self.old_key, self.key)
+        return (self.key,)
+
+    def to_envelope(self) -> dict[str, Any]:
+        """Debezium's value envelope; values stay Python objects (sinks choose the encoding)."""
+        return {
+            "before": None if self.before is None else dict(self.before),
+            "after": None if self.after is None else dict(self.after),
+            "source": self.source.to_dict(),
+            "op": self.op.value,
+            "ts_ms": self.ts_ms,
+            "transaction": None,
+        }

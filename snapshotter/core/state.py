@@ -1,0 +1,198 @@
+"""Snapshot progress and stream state, as versioned JSON that people can read.
+
+One ``TableProgress`` per table being snapshotted, in the order the tables run. Keys are
+written with the typed key codec (``{"type": "decimal", "value": "12.30"}``), the stream
+position as its token. The rules that keep a snapshot moving live here:
+
+* ``last_read_key`` advances to the last key the chunk SELECT *returned*, not the last key
+  that survived the window: when the log drops every row of a chunk (hot keys), the next
+  chunk still starts after it, so a snapshot never loops.
+* A chunk is done when it returned fewer rows than asked for, or reached the maximum key
+  recorded at the start. Keys are never ordered in Python (collations differ); equality
+  with the maximum key is only a shortcut that saves one empty query.
+* A signal id is processed once: a signal replayed from the log after a restart is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator
+
+from signals.names import TableId, TableNameError, parse_table_name
+from snapshotter.core.keys import Key, decode_key, encode_key, normalize_key
+
+STATE_VERSION: Literal[1] = 1
+
+
+class StateError(ValueError):
+    """A state file that cannot be read, or a transition the snapshot's status forbids."""
+
+
+def _validate_key(value: object) -> Key:
+    if isinstance(value, tuple):
+        return normalize_key(value)
+    return decode_key(value)
+
+
+def _validate_table(value: object) -> TableId:
+    if isinstance(value, TableId):
+        return value
+    if not isinstance(value, str):
+        raise ValueError("a table is written as a 'schema.table' string")
+    try:
+        table = parse_table_name(value)
+    except TableNameError as exc:
+        raise ValueError(str(exc)) from None
+    if table.schema is None:
+        raise ValueError(f"table {value!r} in state must be schema-qualified")
+    return table
+
+
+TypedKey = Annotated[Key, PlainValidator(_validate_key), PlainSerializer(encode_key)]
+StoredTable = Annotated[TableId, PlainValidator(_validate_table), PlainSerializer(str)]
+
+
+class SnapshotStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    PAUSED = "paused"
+    DONE = "done"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+    @property
+    def finished(self) -> bool:
+        return self in (SnapshotStatus.DONE, SnapshotStatus.STOPPED, SnapshotStatus.FAILED)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class TableProgress(_Model):
+    table: StoredTable
+    signal_id: str
+    status: SnapshotStatus = SnapshotStatus.PENDING
+    key_columns: list[str] = Field(min_length=1)
+    filter: str | None = None  # the signal's additional condition, kept for resume
+    max_key: TypedKey | None = None
+    last_read_key: TypedKey | None = None
+    chunk_id: int = 0  # chunks completed so far; the next chunk is number chunk_id + 1
+    rows_emitted: int = 0
+    error: str | None = None
+
+    def _require(self, *allowed: SnapshotStatus, action: str) -> None:
+        if self.status not in allowed:
+            raise StateError(f"cannot {action} the snapshot of {self.table}: it is "
+                             f"{self.status.value}")
+
+    def start(self, max_key: Key | None) -> None:
+        """Record the maximum key (None: the table, under its filter, is empty) and run."""
+        self._require(SnapshotStatus.PENDING, action="start")
+        if max_key is not None and len(max_key) != len(self.key_columns):
+            raise StateError(f"{self.table}: maximum key {max_key!r} does not match key "
+                             f"columns {self.key_columns}")
+        self.max_key = max_key
+        self.status = SnapshotStatus.RUNNING if max_key is not None else SnapshotStatus.DONE
+
+    def chunk_done(self, *, last_key: Key | None, selected: int, emitted: int,
+                   chunk_size: int) -> None:
+        """A window closed and its READ rows are durable in the sink: move on."""
+        self._require(SnapshotStatus.RUNNING, SnapshotStatus.PAUSED, action="finish a chunk of")
+        if selected and last_key is None:
+            raise StateError("a chunk that selected rows has a last key")
+        if emitted > selected:
+            raise StateError(f"a chunk emitted {emitted} of {selected} selected rows")
+        self.chunk_id += 1
+        self.rows_emitted += emitted
+        if last_key is not None:
+            self.last_read_key = normalize_key(last_key)
+        if selected < chunk_size or (last_key is not None and self.last_read_key == self.max_key):
+            self.status = SnapshotStatus.DONE
+
+    def pause(self) -> None:
+        self._require(SnapshotStatus.RUNNING, SnapshotStatus.PENDING, action="pause")
+        self.status = SnapshotStatus.PAUSED
+
+    def resume(self) -> None:
+        """Undo a pause: back to running, or to pending if it was paused before it started
+        (a running snapshot always has a maximum key; an empty table went straight to done)."""
+        self._require(SnapshotStatus.PAUSED, action="resume")
+        self.status = SnapshotStatus.RUNNING if self.max_key is not None else SnapshotStatus.PENDING
+
+    def stop(self) -> None:
+        self._require(SnapshotStatus.PENDING, SnapshotStatus.RUNNING, SnapshotStatus.PAUSED,
+                      action="stop")
+        self.status = SnapshotStatus.STOPPED
+
+    def fail(self, error: str) -> None:
+        self.status = SnapshotStatus.FAILED
+        self.error = error
+
+
+class StreamState(_Model):
+    position: str | None = None  # the token of the last position durable in the sink
+
+
+class EngineState(_Model):
+    version: Literal[1] = STATE_VERSION
+    stream: StreamState = Field(default_factory=StreamState)
+    snapshots: list[TableProgress] = Field(default_factory=list)
+    processed_signals: list[str] = Field(default_factory=list)
+
+    def progress(self, table: TableId) -> TableProgress | None:
+        """The newest snapshot record of ``table``."""
+        for progress in reversed(self.snapshots):
+            if progress.table == table:
+                return progress
+        return None
+
+    def active(self) -> TableProgress | None:
+        """The snapshot that chunks are read for now: the first not finished and not paused."""
+        for progress in self.snapshots:
+            if progress.status in (SnapshotStatus.PENDING, SnapshotStatus.RUNNING):
+                return progress
+        return None
+
+    def was_processed(self, signal_id: str) -> bool:
+        return signal_id in self.processed_signals
+
+    def mark_processed(self, signal_id: str) -> None:
+        if signal_id not in self.processed_signals:
+            self.processed_signals.append(signal_id)
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> EngineState:
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise StateError(f"state is not valid JSON: {exc}") from None
+        return cls.from_dict(raw)
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> EngineState:
+        if not isinstance(raw, dict) or not isinstance(raw.get("version"), int):
+            raise StateError("state has no integer 'version'; is this a snapshotter state file?")
+        version = raw["version"]
+        if version < 1:
+            raise StateError(f"state version {version} is not a snapshotter state version")
+        if version > STATE_VERSION:
+            raise StateError(f"state version {version} was written by a newer snapshotter "
+                             f"(this one reads up to {STATE_VERSION}); upgrade snapshotter")
+        for step in range(version, STATE_VERSION):
+            raw = _MIGRATIONS[step](raw)
+        try:
+            return cls.model_validate(raw)
+        except ValueError as exc:
+            raise StateError(f"state does not validate: {exc}") from None
+
+
+# _MIGRATIONS[n] turns a version-n state dict into version n+1. Keep old state files as test
+# fixtures when adding one.
+_MIGRATIONS: dict[int, Any] = {}

@@ -1,0 +1,211 @@
+"""The DBLog window: one chunk's rows, reconciled with the log between two watermarks.
+
+The life of a window, as the engine drives it:
+
+1. REGISTERED: the engine creates the window (its id known) *before* it writes the open
+   watermark, so the log reader can never see a watermark it cannot place.
+2. OPEN: the log reader sees the open (low) watermark. From here on, every log event of the
+   table touches the window: its keys are dropped from the chunk buffer, because the log holds
+   a value at least as fresh as the one the chunk SELECT read. A primary-key change drops the
+   old and the new key; a TRUNCATE drops the whole buffer.
+3. The chunk SELECT's rows arrive (``fill``) - before or after the open watermark is seen,
+   since the SELECT runs beside the stream - and always before the close watermark is
+   written, so the buffer is complete when the close watermark shows up in the log.
+4. CLOSED: the log reader sees the close (high) watermark; the surviving rows are emitted as
+   READ events positioned just after it. The engine must hand them to the sink before any log
+   event that follows the close watermark (the output barrier).
+
+Keys dropped while the window is open are kept in a set (one hash insert per event) and
+removed from the Arrow buffer in one anti-join at close, so the per-row work is vectorised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+import pyarrow as pa
+
+from signals.names import TableId
+from snapshotter.core.events import ChangeEvent, Op, SnapshotMarker, Source
+from snapshotter.core.keys import Key, normalize_key
+from snapshotter.core.position import Position
+
+_ROW_INDEX = "__snapshotter_row"
+
+
+class WindowPhase(StrEnum):
+    REGISTERED = "registered"
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+class WindowOrderError(RuntimeError):
+    """The engine broke an ordering rule of the window (a bug, never a data problem)."""
+
+
+class WindowKeyError(ValueError):
+    """A log key that does not fit the chunk's key columns (readers disagree on types)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadBatch:
+    """What a window emits at its close watermark."""
+
+    window_id: str
+    table: TableId
+    key_columns: tuple[str, ...]
+    rows: pa.Table  # the surviving chunk rows, in the chunk's key order
+    position: Position  # the close watermark's position
+    selected: int  # rows the chunk SELECT returned
+    last_key: Key | None  # the last key the SELECT returned (None for an empty chunk)
+    truncated: bool  # a TRUNCATE inside the window dropped everything
+
+    @property
+    def dropped(self) -> int:
+        survivors: int = self.rows.num_rows
+        return self.selected - survivors
+
+    def row_position(self, index: int) -> Position:
+        return self.position.read_row(index)
+
+    def events(self, close_source: Source, ts_ms: int) -> Iterator[ChangeEvent]:
+        """The survivors as ``op: "r"`` events. ``close_source`` is the close watermark's."""
+        key_columns = self.key_columns
+        for index, row in enumerate(self.rows.to_pylist()):
+            yield ChangeEvent(
+                op=Op.READ,
+                source=replace(
+                    close_source,
+                    table=self.table,
+                    position=self.row_position(index),
+                    snapshot=SnapshotMarker.INCREMENTAL,
+                ),
+                ts_ms=ts_ms,
+                key=tuple(row[c] for c in key_columns),
+                after=row,
+            )
+
+
+class ChunkWindow:
+    def __init__(self, window_id: str, table: TableId, key_columns: Sequence[str]) -> None:
+        if not key_columns:
+            raise ValueError(f"table {table} has no key columns")
+        self.window_id = window_id
+        self.table = table
+        self.key_columns = tuple(key_columns)
+        self.phase = WindowPhase.REGISTERED
+        self.opened_at: Position | None = None
+        self._rows: pa.Table | None = None
+        self._dropped: set[Key] = set()
+        self._truncated = False
+
+    @property
+    def filled(self) -> bool:
+        return self._rows is not None
+
+    def open(self, position: Position) -> None:
+        """The open (low) watermark was seen in the log at ``position``."""
+        if self.phase is not WindowPhase.REGISTERED:
+            raise WindowOrderError(f"window {self.window_id} opened twice")
+        self.phase = WindowPhase.OPEN
+        self.opened_at = position
+
+    def fill(self, rows: pa.Table) -> None:
+        """The chunk SELECT's complete result, in key order."""
+        if self._rows is not None:
+            raise WindowOrderError(f"window {self.window_id} got a second chunk")
+        if self.phase is WindowPhase.CLOSED:
+            raise WindowOrderError(
+                f"window {self.window_id}: chunk rows arrived after the close watermark; the "
+                "buffer must be complete before the close watermark is written"
+            )
+        missing = [c for c in self.key_columns if c not in rows.column_names]
+        if missing:
+            raise ValueError(f"chunk of {self.table} lacks key columns {missing}")
+        self._rows = rows
+
+    def observe(self, event: ChangeEvent) -> bool:
+        """Feed a log event of this window's table; returns whether it fell inside the window.
+
+        Events before the open watermark are outside the window: the chunk SELECT, which
+        starts after the open watermark committed, already saw their effect.
+        """
+        if event.table != self.table:
+            raise ValueError(f"event of {event.table} fed to the window of {self.table}")
+        if self.phase is WindowPhase.REGISTERED:
+            return False
+        if self.phase is WindowPhase.CLOSED:
+            raise WindowOrderError(f"window {self.window_id} got an event after it closed")
+        if event.op is Op.TRUNCATE:
+            self._truncated = True
+            self._dropped.clear()
+            return True
+        if not self._truncated:
+            for key in event.touched_keys():
+                if len(key) != len(self.key_columns):
+                    raise WindowKeyError(
+                        f"{self.table}: a log event has a {len(key)}-column key, the chunk has "
+                        f"{len(self.key_columns)} key columns {list(self.key_columns)}"
+                    )
+                self._dropped.add(normalize_key(key))
+        return True
+
+    def close(self, position: Position) -> ReadBatch:
+        """The close (high) watermark was seen at ``position``: emit the survivors."""
+        if self.phase is not WindowPhase.OPEN:
+            raise WindowOrderError(
+                f"window {self.window_id}: close watermark seen while {self.phase.value}; the "
+                "open watermark must come first"
+            )
+        if self._rows is None:
+            raise WindowOrderError(
+                f"window {self.window_id}: close watermark seen before the chunk rows arrived; "
+                "the buffer must be complete before the close watermark is written"
+            )
+        self.phase = WindowPhase.CLOSED
+        rows = self._rows
+        last_key = (
+            tuple(rows.column(c)[rows.num_rows - 1].as_py() for c in self.key_columns)
+            if rows.num_rows
+            else None
+        )
+        if self._truncated:
+            survivors = rows.slice(0, 0)
+        elif self._dropped and rows.num_rows:
+            survivors = self._without_dropped(rows)
+        else:
+            survivors = rows
+        self._dropped.clear()
+        return ReadBatch(
+            window_id=self.window_id,
+            table=self.table,
+            key_columns=self.key_columns,
+            rows=survivors,
+            position=position,
+            selected=rows.num_rows,
+            last_key=last_key,
+            truncated=self._truncated,
+        )
+
+    def _without_dropped(self, rows: pa.Table) -> pa.Table:
+        """``rows`` minus the dropped keys, in one anti-join, keeping the chunk's order."""
+        dropped = list(self._dropped)
+        columns = {}
+        for i, name in enumerate(self.key_columns):
+            arrow_type = rows.schema.field(name).type
+            try:
+                columns[name] = pa.array([k[i] for k in dropped], type=arrow_type)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
+                sample = type(dropped[0][i]).__name__
+                raise WindowKeyError(
+                    f"{self.table}: log key values for column {name!r} ({sample}) do not fit "
+                    f"the chunk's Arrow type {arrow_type}: {exc}"
+                ) from exc
+        keys = rows.select(list(self.key_columns)).append_column(
+            _ROW_INDEX, pa.array(range(rows.num_rows), type=pa.int64())
+        )
+        kept = keys.join(pa.table(columns), keys=list(self.key_columns), join_type="left anti")
+        order = kept.column(_ROW_INDEX).combine_chunks().sort()
+        return rows.take(order)

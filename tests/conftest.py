@@ -1,0 +1,67 @@
+"""Shared fixtures. Integration tests get real servers from scripts/services.
+
+Outside CI a server that cannot be started skips its tests with the reason; with CI=true it
+fails them: a missing server must never look like a pass.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+REPO = Path(__file__).resolve().parent.parent
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def _unavailable(what: str, detail: str) -> None:
+    message = f"{what} is not available: {detail.strip()}"
+    if IN_CI:
+        pytest.fail(message + " (CI=true: integration tests never skip)", pytrace=False)
+    pytest.skip(message)
+
+
+def _service_url(service: str, env_var: str) -> str:
+    if os.environ.get(env_var):
+        return os.environ[env_var]
+    launcher = REPO / "scripts" / "services"
+    result = subprocess.run([str(launcher), "up", service], capture_output=True, text=True,
+                            timeout=600, check=False)
+    if result.returncode != 0:
+        _unavailable(service, f"scripts/services up {service} failed:\n{result.stderr}")
+    return result.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> str:
+    url = _service_url("postgres", "SNAPSHOTTER_PG_URL")
+    try:
+        with psycopg.connect(url, connect_timeout=10) as conn:
+            conn.execute("select 1")
+    except psycopg.Error as exc:
+        _unavailable("postgres", str(exc))
+    return url
+
+
+@pytest.fixture(scope="session")
+def pg_engine(pg_url: str) -> Iterator[sa.Engine]:
+    engine = sa.create_engine(sa.make_url(pg_url).set(drivername="postgresql+psycopg"))
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def pg_schema(pg_engine: sa.Engine) -> Iterator[str]:
+    """A fresh schema per test, so tests never see each other's tables."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with pg_engine.begin() as conn:
+        conn.execute(sa.schema.CreateSchema(name))
+    yield name
+    with pg_engine.begin() as conn:
+        conn.execute(sa.schema.DropSchema(name, cascade=True))
