@@ -75,7 +75,7 @@ def _split_parts(text: str) -> list[str] | None:
     parts: list[str] = []
     i, n = 0, len(text)
     while True:
-        if i < n and text[i] in "\"`":
+        if i < n and text[i] in '"`':
             quote = text[i]
             i += 1
             part: list[str] = []
@@ -122,7 +122,7 @@ def parse_table_selector(text: str) -> TableSelector:
         raise TableNameError("empty table name")
     # Whatever spells a plain dotted name is one, even with pattern characters inside its
     # quoted parts (``public."a$b"``, as ``str(TableId)`` writes it); the rest is a pattern.
-    must_be_name = stripped[0] in "\"`" or not (_PATTERN_CHARS & set(stripped))
+    must_be_name = stripped[0] in '"`' or not (_PATTERN_CHARS & set(stripped))
     try:
         parts = _split_parts(stripped)
     except TableNameError:
@@ -132,7 +132,7 @@ def parse_table_selector(text: str) -> TableSelector:
     if must_be_name or parts is not None:
         if parts is None:
             raise TableNameError(
-                f"{text!r} is neither a table name (schema.table, with \"quoted\" parts where "
+                f'{text!r} is neither a table name (schema.table, with "quoted" parts where '
                 "needed) nor a pattern"
             )
         if len(parts) == 1:

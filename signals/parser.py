@@ -69,7 +69,7 @@ class _Problem(Exception):
 # Friendlier words for mistakes people make when porting signals from older Debezium docs.
 _HINTS = {
     "additional-condition": "'additional-condition' (one string) was replaced by "
-    "'additional-conditions': [{\"data-collection\": ..., \"filter\": ...}]",
+    '\'additional-conditions\': [{"data-collection": ..., "filter": ...}]',
     "data-collection": "did you mean 'data-collections' (a list of tables)?",
 }
 
@@ -131,9 +131,12 @@ def _conditions(
             )
         # An exact name that none of the snapshot's tables can be is surely a typo. Patterns
         # and unqualified names are checked once the names are resolved against the catalog.
-        if isinstance(selector, TableId) and selector.schema is not None and all(
-            isinstance(t, TableId) and t.schema is not None for t in tables
-        ) and selector not in tables:
+        if (
+            isinstance(selector, TableId)
+            and selector.schema is not None
+            and all(isinstance(t, TableId) and t.schema is not None for t in tables)
+            and selector not in tables
+        ):
             raise _Problem(
                 f"additional-conditions: {cond.data_collection!r} is not one of the "
                 "data-collections of this snapshot"
@@ -148,8 +151,9 @@ def _payload(data: str | None) -> Any:
     try:
         payload = json.loads(data)
     except json.JSONDecodeError as exc:
-        raise _Problem(f"data is not valid JSON ({exc.msg} at line {exc.lineno} column "
-                       f"{exc.colno})") from None
+        raise _Problem(
+            f"data is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+        ) from None
     if payload is None:
         return {}
     if not isinstance(payload, dict):

@@ -49,8 +49,9 @@ def _dialect(name: str) -> Dialect:
     try:
         return dialects[name]()
     except KeyError:
-        raise ValueError(f"no signal-table DDL for dialect {name!r}; "
-                         f"known: {', '.join(dialects)}") from None
+        raise ValueError(
+            f"no signal-table DDL for dialect {name!r}; known: {', '.join(dialects)}"
+        ) from None
 
 
 def create_signal_table(conn: Connection, name: TableId) -> bool:

@@ -76,8 +76,11 @@ def _signal_data(args: argparse.Namespace) -> dict[str, Any]:
             data["surrogate-key"] = args.surrogate_key
         return data
     if kind is SignalType.STOP_SNAPSHOT:
-        return {"data-collections": args.tables, "type": "incremental"} if args.tables else {
-            "type": "incremental"}
+        return (
+            {"data-collections": args.tables, "type": "incremental"}
+            if args.tables
+            else {"type": "incremental"}
+        )
     if kind is SignalType.LOG:
         return {"message": args.message}
     return {"type": "incremental"}
@@ -94,15 +97,21 @@ def cmd_signal(args: argparse.Namespace) -> int:
     engine = _connect(config)
     with engine.begin() as conn:
         signal_id = insert_signal(conn, config.source.signal_table_id, parsed)
-    out.print(escape(f"{parsed.type.value} signal {signal_id} inserted into "
-                     f"{config.source.signal_table_id}"))
+    out.print(
+        escape(
+            f"{parsed.type.value} signal {signal_id} inserted into {config.source.signal_table_id}"
+        )
+    )
     return 0
 
 
 def _describe(signal: Signal | Watermark | SignalError) -> tuple[str, str, str]:
     if isinstance(signal, SignalError):
-        return (escape(signal.signal_id), escape(signal.signal_type),
-                f"[red]error:[/red] {escape(signal.problem)}")
+        return (
+            escape(signal.signal_id),
+            escape(signal.signal_type),
+            f"[red]error:[/red] {escape(signal.problem)}",
+        )
     if isinstance(signal, Watermark):
         return signal.id, signal.type.value, f"window {signal.window_id}"
     return escape(signal.id), signal.type.value, escape(json.dumps(signal.data()))
@@ -149,13 +158,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     signal = with_config(sub.add_parser("signal", help="insert a signal into the signal table"))
     kinds = signal.add_subparsers(dest="kind", required=True, metavar="SIGNAL")
-    execute = kinds.add_parser(SignalType.EXECUTE_SNAPSHOT.value,
-                               help="snapshot tables (names or regex patterns)")
+    execute = kinds.add_parser(
+        SignalType.EXECUTE_SNAPSHOT.value, help="snapshot tables (names or regex patterns)"
+    )
     execute.add_argument("tables", nargs="+", metavar="TABLE")
-    execute.add_argument("--filter", action="append", metavar="TABLE=SQL",
-                         help="additional condition for one table (SQL, appended with AND)")
-    execute.add_argument("--surrogate-key", metavar="COLUMN",
-                         help="a NOT NULL unique column to page by, for a table without a key")
+    execute.add_argument(
+        "--filter",
+        action="append",
+        metavar="TABLE=SQL",
+        help="additional condition for one table (SQL, appended with AND)",
+    )
+    execute.add_argument(
+        "--surrogate-key",
+        metavar="COLUMN",
+        help="a NOT NULL unique column to page by, for a table without a key",
+    )
     stop = kinds.add_parser(SignalType.STOP_SNAPSHOT.value, help="stop snapshots (all if no TABLE)")
     stop.add_argument("tables", nargs="*", metavar="TABLE")
     kinds.add_parser(SignalType.PAUSE_SNAPSHOT.value, help="pause the running snapshot")

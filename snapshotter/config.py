@@ -61,11 +61,13 @@ def _expand(value: Any, where: str) -> Any:
     if isinstance(value, list):
         return [_expand(v, f"{where}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, str):
+
         def lookup(m: re.Match[str]) -> str:
             name = m.group(1)
             if name not in os.environ:
                 raise ConfigError(f"{where}: environment variable {name} is not set")
             return os.environ[name]
+
         return _ENV_REF.sub(lookup, value)
     return value
 
@@ -81,8 +83,7 @@ def parse_config(text: str, origin: str = "<config>") -> Config:
         raise ConfigError(f"{origin}: {exc}") from None
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'top level'}: {e['msg']}"
-            for e in exc.errors()
+            f"{'.'.join(str(p) for p in e['loc']) or 'top level'}: {e['msg']}" for e in exc.errors()
         )
         raise ConfigError(f"{origin}: {problems}") from None
 

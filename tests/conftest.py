@@ -31,8 +31,9 @@ def _service_url(service: str, env_var: str) -> str:
     if os.environ.get(env_var):
         return os.environ[env_var]
     launcher = REPO / "scripts" / "services"
-    result = subprocess.run([str(launcher), "up", service], capture_output=True, text=True,
-                            timeout=600, check=False)
+    result = subprocess.run(
+        [str(launcher), "up", service], capture_output=True, text=True, timeout=600, check=False
+    )
     if result.returncode != 0:
         _unavailable(service, f"scripts/services up {service} failed:\n{result.stderr}")
     return result.stdout.strip().splitlines()[-1]

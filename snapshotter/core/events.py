@@ -31,6 +31,12 @@ class SnapshotMarker(StrEnum):
     INCREMENTAL = "incremental"
 
 
+# What every connector's ``source`` block has; ``details`` adds to these, never replaces them.
+_ENVELOPE_SOURCE_FIELDS = frozenset(
+    {"version", "connector", "name", "ts_ms", "snapshot", "db", "schema", "table", "pos"}
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Source:
     """The ``source`` block: where an event came from and where it sits in the log.
@@ -48,6 +54,11 @@ class Source:
     ts_ms: int
     snapshot: SnapshotMarker = SnapshotMarker.FALSE
     details: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        clash = _ENVELOPE_SOURCE_FIELDS & set(self.details)
+        if clash:
+            raise ValueError(f"source details may not redefine {sorted(clash)}")
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import date, datetime, time
 from decimal import Decimal, InvalidOperation
 from typing import Any, cast
@@ -71,26 +71,46 @@ def _decode_decimal(text: str) -> Decimal:
         raise KeyCodecError(f"{text!r} is not a decimal") from None
 
 
-def _decode_aware(text: str) -> datetime:
+def _decode_datetime(text: str, *, aware: bool) -> datetime:
     out = datetime.fromisoformat(text)
-    if out.tzinfo is None:
-        raise KeyCodecError(f"timestamptz {text!r} has no UTC offset")
+    if (out.tzinfo is not None) != aware:
+        need = "a UTC offset" if aware else "no UTC offset"
+        raise KeyCodecError(f"{'timestamptz' if aware else 'timestamp'} {text!r} needs {need}")
     return out
 
 
-_DECODERS: dict[str, Any] = {
+def _decode_time(text: str, *, aware: bool) -> time:
+    out = time.fromisoformat(text)
+    if (out.tzinfo is not None) != aware:
+        need = "a UTC offset" if aware else "no UTC offset"
+        raise KeyCodecError(f"{'timetz' if aware else 'time'} {text!r} needs {need}")
+    return out
+
+
+def _from_text(kind: str, parse: Callable[[str], KeyValue]) -> Callable[[object], KeyValue]:
+    """A decoder for values written as JSON strings: anything else is an error, not coerced."""
+
+    def decode(value: object) -> KeyValue:
+        if not isinstance(value, str):
+            return _wrong(kind, value)
+        return parse(value)
+
+    return decode
+
+
+_DECODERS: dict[str, Callable[[object], KeyValue]] = {
     "bool": lambda v: v if isinstance(v, bool) else _wrong("bool", v),
     "int": lambda v: v if isinstance(v, int) and not isinstance(v, bool) else _wrong("int", v),
-    "float": _decode_float,
-    "decimal": _decode_decimal,
-    "text": lambda v: v if isinstance(v, str) else _wrong("text", v),
-    "bytes": lambda v: base64.b64decode(v, validate=True),
-    "uuid": lambda v: UUID(v) if isinstance(v, str) else _wrong("uuid", v),
-    "timestamp": datetime.fromisoformat,
-    "timestamptz": _decode_aware,
-    "date": date.fromisoformat,
-    "time": time.fromisoformat,
-    "timetz": time.fromisoformat,
+    "float": _from_text("float", _decode_float),
+    "decimal": _from_text("decimal", _decode_decimal),
+    "text": _from_text("text", str),
+    "bytes": _from_text("bytes", lambda v: base64.b64decode(v, validate=True)),
+    "uuid": _from_text("uuid", UUID),
+    "timestamp": _from_text("timestamp", lambda v: _decode_datetime(v, aware=False)),
+    "timestamptz": _from_text("timestamptz", lambda v: _decode_datetime(v, aware=True)),
+    "date": _from_text("date", date.fromisoformat),
+    "time": _from_text("time", lambda v: _decode_time(v, aware=False)),
+    "timetz": _from_text("timetz", lambda v: _decode_time(v, aware=True)),
 }
 
 
@@ -113,7 +133,14 @@ def decode_value(obj: object) -> KeyValue:
     return value
 
 
+def _require_sequence(key: object) -> None:
+    # A str or bytes is a sequence too, but never a key: it would become one column per char.
+    if isinstance(key, str | bytes | bytearray | memoryview) or not isinstance(key, Sequence):
+        raise KeyCodecError(f"a key is a tuple of column values, not {type(key).__name__}")
+
+
 def encode_key(key: Sequence[object]) -> list[dict[str, Any]]:
+    _require_sequence(key)
     if not key:
         raise KeyCodecError("a key has at least one column")
     return [encode_value(v) for v in key]
@@ -127,6 +154,7 @@ def decode_key(obj: object) -> Key:
 
 def normalize_key(key: Sequence[object]) -> Key:
     """A key as a tuple of storable values (bytes-likes become bytes); checks every value."""
+    _require_sequence(key)
     out: list[KeyValue] = []
     for value in key:
         if isinstance(value, bytearray | memoryview):

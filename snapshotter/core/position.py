@@ -36,8 +36,11 @@ class Position:
     row: int = 0
 
     def __post_init__(self) -> None:
-        for name, value, limit in (("major", self.major, _U64), ("minor", self.minor, _U64),
-                                   ("row", self.row, _U32)):
+        for name, value, limit in (
+            ("major", self.major, _U64),
+            ("minor", self.minor, _U64),
+            ("row", self.row, _U32),
+        ):
             if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= limit:
                 raise PositionError(f"position {name} {value!r} is not in 0..{limit}")
 

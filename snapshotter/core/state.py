@@ -86,20 +86,24 @@ class TableProgress(_Model):
 
     def _require(self, *allowed: SnapshotStatus, action: str) -> None:
         if self.status not in allowed:
-            raise StateError(f"cannot {action} the snapshot of {self.table}: it is "
-                             f"{self.status.value}")
+            raise StateError(
+                f"cannot {action} the snapshot of {self.table}: it is {self.status.value}"
+            )
 
     def start(self, max_key: Key | None) -> None:
         """Record the maximum key (None: the table, under its filter, is empty) and run."""
         self._require(SnapshotStatus.PENDING, action="start")
         if max_key is not None and len(max_key) != len(self.key_columns):
-            raise StateError(f"{self.table}: maximum key {max_key!r} does not match key "
-                             f"columns {self.key_columns}")
+            raise StateError(
+                f"{self.table}: maximum key {max_key!r} does not match key "
+                f"columns {self.key_columns}"
+            )
         self.max_key = max_key
         self.status = SnapshotStatus.RUNNING if max_key is not None else SnapshotStatus.DONE
 
-    def chunk_done(self, *, last_key: Key | None, selected: int, emitted: int,
-                   chunk_size: int) -> None:
+    def chunk_done(
+        self, *, last_key: Key | None, selected: int, emitted: int, chunk_size: int
+    ) -> None:
         """A window closed and its READ rows are durable in the sink: move on."""
         self._require(SnapshotStatus.RUNNING, SnapshotStatus.PAUSED, action="finish a chunk of")
         if selected and last_key is None:
@@ -124,11 +128,15 @@ class TableProgress(_Model):
         self.status = SnapshotStatus.RUNNING if self.max_key is not None else SnapshotStatus.PENDING
 
     def stop(self) -> None:
-        self._require(SnapshotStatus.PENDING, SnapshotStatus.RUNNING, SnapshotStatus.PAUSED,
-                      action="stop")
+        self._require(
+            SnapshotStatus.PENDING, SnapshotStatus.RUNNING, SnapshotStatus.PAUSED, action="stop"
+        )
         self.status = SnapshotStatus.STOPPED
 
     def fail(self, error: str) -> None:
+        self._require(
+            SnapshotStatus.PENDING, SnapshotStatus.RUNNING, SnapshotStatus.PAUSED, action="fail"
+        )
         self.status = SnapshotStatus.FAILED
         self.error = error
 
@@ -177,14 +185,16 @@ class EngineState(_Model):
 
     @classmethod
     def from_dict(cls, raw: Any) -> EngineState:
-        if not isinstance(raw, dict) or not isinstance(raw.get("version"), int):
+        version = raw.get("version") if isinstance(raw, dict) else None
+        if not isinstance(version, int) or isinstance(version, bool):
             raise StateError("state has no integer 'version'; is this a snapshotter state file?")
-        version = raw["version"]
         if version < 1:
             raise StateError(f"state version {version} is not a snapshotter state version")
         if version > STATE_VERSION:
-            raise StateError(f"state version {version} was written by a newer snapshotter "
-                             f"(this one reads up to {STATE_VERSION}); upgrade snapshotter")
+            raise StateError(
+                f"state version {version} was written by a newer snapshotter "
+                f"(this one reads up to {STATE_VERSION}); upgrade snapshotter"
+            )
         for step in range(version, STATE_VERSION):
             raw = _MIGRATIONS[step](raw)
         try:

@@ -195,13 +195,14 @@ class ChunkWindow:
         columns = {}
         for i, name in enumerate(self.key_columns):
             arrow_type = rows.schema.field(name).type
+            values = [k[i] for k in dropped]
             try:
-                columns[name] = pa.array([k[i] for k in dropped], type=arrow_type)
+                columns[name] = pa.array(values, type=arrow_type)
             except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
-                sample = type(dropped[0][i]).__name__
                 raise WindowKeyError(
-                    f"{self.table}: log key values for column {name!r} ({sample}) do not fit "
-                    f"the chunk's Arrow type {arrow_type}: {exc}"
+                    f"{self.table}: a log key value for column {name!r} does not fit the "
+                    f"chunk's Arrow type {arrow_type}: {_first_misfit(values, arrow_type)}; "
+                    "the chunk reader and the log reader must produce the same value types"
                 ) from exc
         keys = rows.select(list(self.key_columns)).append_column(
             _ROW_INDEX, pa.array(range(rows.num_rows), type=pa.int64())
@@ -209,3 +210,13 @@ class ChunkWindow:
         kept = keys.join(pa.table(columns), keys=list(self.key_columns), join_type="left anti")
         order = kept.column(_ROW_INDEX).combine_chunks().sort()
         return rows.take(order)
+
+
+def _first_misfit(values: Sequence[object], arrow_type: pa.DataType) -> str:
+    """Describe the first value that Arrow refuses as ``arrow_type`` (only on the error path)."""
+    for value in values:
+        try:
+            pa.array([value], type=arrow_type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
+            return f"{type(value).__name__} value ({exc})"
+    return "values of mixed types"

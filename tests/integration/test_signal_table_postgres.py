@@ -101,17 +101,24 @@ def test_bad_rows_become_error_values_and_the_rest_still_parse(
         create_signal_table(conn, table)
         good = insert_signal(conn, table, LogSignal(new_signal_id(), "fine"))
         conn.execute(
-            sa.text(f'insert into "{pg_schema}".debezium_signal (id, type, data) values '
-                    "('bad-json', 'execute-snapshot', '{\"data-collections\": [}'), "
-                    "('bad-type', 'snapshot-everything', null), "
-                    "('bad-field', 'execute-snapshot', '{\"data-collections\": \"t\"}')")
+            sa.text(
+                f'insert into "{pg_schema}".debezium_signal (id, type, data) values '
+                "('bad-json', 'execute-snapshot', '{\"data-collections\": [}'), "
+                "('bad-type', 'snapshot-everything', null), "
+                "('bad-field', 'execute-snapshot', '{\"data-collections\": \"t\"}')"
+            )
         )
     with pg_engine.connect() as conn:
-        parsed = {s.signal_id if isinstance(s, SignalError) else s.id: s
-                  for s in read_signals(conn, table)}
+        parsed = {
+            s.signal_id if isinstance(s, SignalError) else s.id: s
+            for s in read_signals(conn, table)
+        }
     assert parsed[good] == LogSignal(good, "fine")
-    for sid, words in {"bad-json": "not valid JSON", "bad-type": "unknown signal type",
-                       "bad-field": "data-collections"}.items():
+    for sid, words in {
+        "bad-json": "not valid JSON",
+        "bad-type": "unknown signal type",
+        "bad-field": "data-collections",
+    }.items():
         error = parsed[sid]
         assert isinstance(error, SignalError), error
         assert error.signal_id == sid and words in error.problem
@@ -133,7 +140,8 @@ def test_signal_rows_reach_the_logical_decoding_stream(
                 sid = insert_signal(sconn, table, LogSignal(new_signal_id(), "through the WAL"))
             rows = conn.execute(
                 "select data from pg_logical_slot_peek_binary_changes(%s, NULL, NULL, "
-                "'proto_version', '1', 'publication_names', %s)", (slot, publication)
+                "'proto_version', '1', 'publication_names', %s)",
+                (slot, publication),
             ).fetchall()
         finally:
             conn.execute("select pg_drop_replication_slot(%s)", (slot,))
@@ -146,20 +154,33 @@ def test_signal_rows_reach_the_logical_decoding_stream(
 def test_cli_init_signal_and_list(pg_url: str, pg_schema: str, tmp_path: Path) -> None:
     config = tmp_path / "snapshotter.toml"
     config.write_text(
-        "[source]\nkind = \"postgres\"\nname = \"cli-test\"\nurl = \"${TEST_PG_URL}\"\n"
-        f"signal_table = \"{pg_schema}.debezium_signal\"\n"
+        '[source]\nkind = "postgres"\nname = "cli-test"\nurl = "${TEST_PG_URL}"\n'
+        f'signal_table = "{pg_schema}.debezium_signal"\n'
     )
     env = {"TEST_PG_URL": pg_url, "PATH": "/usr/bin:/bin"}
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "snapshotter.cli", *args],
-                              capture_output=True, text=True, env=env, timeout=60, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "snapshotter.cli", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            check=False,
+        )
 
     first, second = cli("init", "-c", str(config)), cli("init", "-c", str(config))
     assert first.returncode == 0 and "created" in first.stdout
     assert second.returncode == 0 and "already there" in second.stdout
-    sent = cli("signal", "-c", str(config), "execute-snapshot", "public.orders",
-               "--filter", "public.orders=amount > 10")
+    sent = cli(
+        "signal",
+        "-c",
+        str(config),
+        "execute-snapshot",
+        "public.orders",
+        "--filter",
+        "public.orders=amount > 10",
+    )
     assert sent.returncode == 0, sent.stderr
     refused = cli("signal", "-c", str(config), "execute-snapshot", "a.b.c")
     assert refused.returncode == 2 and "3 parts" in refused.stderr
@@ -168,4 +189,5 @@ def test_cli_init_signal_and_list(pg_url: str, pg_schema: str, tmp_path: Path) -
     (row,) = json.loads(listed.stdout)
     assert row["type"] == "execute-snapshot"
     assert row["data"]["additional-conditions"] == [
-        {"data-collection": "public.orders", "filter": "amount > 10"}]
+        {"data-collection": "public.orders", "filter": "amount > 10"}
+    ]

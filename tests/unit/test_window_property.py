@@ -97,23 +97,32 @@ class Sim:
                 self.append(lambda s: ChangeEvent(Op.DELETE, s, 0, key, before=before))
                 self.append(lambda s: ChangeEvent(Op.CREATE, s, 0, new_key, after=after))
             else:  # one update that carries both keys
-                self.append(lambda s: ChangeEvent(
-                    Op.UPDATE, s, 0, new_key, before=before, after=after, old_key=key))
+                self.append(
+                    lambda s: ChangeEvent(
+                        Op.UPDATE, s, 0, new_key, before=before, after=after, old_key=key
+                    )
+                )
 
     def fresh_key(self, data: st.DataObject) -> tuple[Any, ...]:
         # Small key space, so new keys land before, inside and after the chunk being read.
         while True:
             first = data.draw(st.integers(0, 40))
-            key = (first,) if len(self.key_columns) == 1 else (
-                first // 4, data.draw(st.sampled_from(["a", "b", "B", "ä", ""])))
+            key = (
+                (first,)
+                if len(self.key_columns) == 1
+                else (first // 4, data.draw(st.sampled_from(["a", "b", "B", "ä", ""])))
+            )
             if key not in self.table:
                 return key
 
     def select_chunk(self) -> pa.Table:
         assert self.progress is not None and self.progress.max_key is not None
         after = self.progress.last_read_key
-        keys = [k for k in sorted(self.table)
-                if (after is None or k > after) and k <= self.progress.max_key]
+        keys = [
+            k
+            for k in sorted(self.table)
+            if (after is None or k > after) and k <= self.progress.max_key
+        ]
         rows = [self.table[k] for k in keys[: self.chunk_size]]
         return pa.Table.from_pylist(rows, schema=self.schema)
 
@@ -136,8 +145,11 @@ class Sim:
 
     @property
     def snapshot_can_step(self) -> bool:
-        return (self.progress is not None and self.progress.status is SnapshotStatus.RUNNING
-                and self.window_step != "close_written")
+        return (
+            self.progress is not None
+            and self.progress.status is SnapshotStatus.RUNNING
+            and self.window_step != "close_written"
+        )
 
     # --- the log consumer (what the engine does with each log entry) --------------------
     def consume(self) -> None:
@@ -156,8 +168,12 @@ class Sim:
             close_source = self.source(SIGNALS, self.consumed - 1)
             self.output.extend(batch.events(close_source, ts_ms=0))
             assert self.progress is not None
-            self.progress.chunk_done(last_key=batch.last_key, selected=batch.selected,
-                                     emitted=batch.rows.num_rows, chunk_size=self.chunk_size)
+            self.progress.chunk_done(
+                last_key=batch.last_key,
+                selected=batch.selected,
+                emitted=batch.rows.num_rows,
+                chunk_size=self.chunk_size,
+            )
             self.window, self.window_step = None, "idle"
             return
         if self.window is not None and entry.table == self.window.table:
@@ -186,15 +202,22 @@ def initial_tables(draw: st.DrawFn, key_shape: str) -> dict[tuple[Any, ...], dic
     if key_shape == "single":
         keys = draw(st.sets(st.integers(0, 40), max_size=25))
         return {(k,): {"id": k, "v": k} for k in keys}
-    pairs = draw(st.sets(st.tuples(st.integers(0, 10), st.sampled_from(["a", "b", "B", "ä", ""])),
-                         max_size=25))
+    pairs = draw(
+        st.sets(
+            st.tuples(st.integers(0, 10), st.sampled_from(["a", "b", "B", "ä", ""])), max_size=25
+        )
+    )
     return {p: {"k1": p[0], "k2": p[1], "v": i} for i, p in enumerate(sorted(pairs))}
 
 
 def run_simulation(data: st.DataObject, key_shape: str) -> Sim:
     key_columns, schema = KEY_SHAPES[key_shape]
-    sim = Sim(key_columns, schema, data.draw(initial_tables(key_shape)),
-              chunk_size=data.draw(st.integers(1, 6)))
+    sim = Sim(
+        key_columns,
+        schema,
+        data.draw(initial_tables(key_shape)),
+        chunk_size=data.draw(st.integers(1, 6)),
+    )
     writes_left = data.draw(st.integers(0, 40))
     # execute-snapshot: the progress record is made, the maximum key recorded.
     sim.progress = TableProgress(table=TABLE, signal_id="sig-1", key_columns=key_columns)

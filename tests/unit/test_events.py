@@ -1,0 +1,161 @@
+"""Change events: Debezium's envelope, validation, and the keys an event touches."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from signals.names import TableId
+from snapshotter.core.events import ENVELOPE_VERSION, ChangeEvent, Op, SnapshotMarker, Source
+from snapshotter.core.position import Position
+
+TABLE = TableId("public", "orders")
+POS = Position(0x1A2B, 3, 0)
+
+
+def source(**changes: Any) -> Source:
+    fields: dict[str, Any] = {
+        "connector": "postgresql",
+        "name": "server1",
+        "db": "shop",
+        "table": TABLE,
+        "position": POS,
+        "ts_ms": 1_700_000_000_000,
+    }
+    fields.update(changes)
+    return Source(**fields)
+
+
+def test_op_and_marker_values_are_debeziums() -> None:
+    assert [o.value for o in Op] == ["c", "u", "d", "r", "t"]
+    assert SnapshotMarker.FALSE.value == "false"
+    assert SnapshotMarker.INCREMENTAL.value == "incremental"
+
+
+def test_update_envelope_shape() -> None:
+    event = ChangeEvent(
+        Op.UPDATE,
+        source(details={"lsn": 123, "txId": 9}),
+        ts_ms=1_700_000_000_500,
+        key=(1,),
+        before={"id": 1, "amount": Decimal("1.00")},
+        after={"id": 1, "amount": Decimal("2.50")},
+    )
+    env = event.to_envelope()
+    assert set(env) == {"before", "after", "source", "op", "ts_ms", "transaction"}
+    assert env["op"] == "u"
+    assert env["ts_ms"] == 1_700_000_000_500
+    assert env["before"] == {"id": 1, "amount": Decimal("1.00")}
+    assert env["after"] == {"id": 1, "amount": Decimal("2.50")}
+    assert env["transaction"] is None
+    assert env["source"] == {
+        "version": ENVELOPE_VERSION,
+        "connector": "postgresql",
+        "name": "server1",
+        "ts_ms": 1_700_000_000_000,
+        "snapshot": "false",
+        "db": "shop",
+        "schema": "public",
+        "table": "orders",
+        "lsn": 123,
+        "txId": 9,
+        "pos": POS.token,
+    }
+
+
+def test_envelope_rows_are_copies_not_the_event_mappings() -> None:
+    after = {"id": 1}
+    env = ChangeEvent(Op.CREATE, source(), 0, (1,), after=after).to_envelope()
+    env["after"]["id"] = 2
+    assert after == {"id": 1}
+
+
+def test_details_add_fields_but_never_redefine_envelope_fields() -> None:
+    d = source(details={"file": "mysql-bin.000042", "gtid": "0-1-7"}).to_dict()
+    assert d["pos"] == POS.token
+    assert (d["file"], d["gtid"]) == ("mysql-bin.000042", "0-1-7")
+    for field in ("pos", "table", "schema", "snapshot"):
+        with pytest.raises(ValueError, match="may not redefine"):
+            source(details={field: "x"})
+
+
+def test_create_delete_read_and_truncate_envelopes() -> None:
+    create = ChangeEvent(Op.CREATE, source(), 5, (1,), after={"id": 1}).to_envelope()
+    assert (create["op"], create["before"], create["after"]) == ("c", None, {"id": 1})
+
+    delete = ChangeEvent(Op.DELETE, source(), 5, (1,), before={"id": 1}).to_envelope()
+    assert (delete["op"], delete["before"], delete["after"]) == ("d", {"id": 1}, None)
+
+    read = ChangeEvent(
+        Op.READ, source(snapshot=SnapshotMarker.INCREMENTAL), 5, (1,), after={"id": 1}
+    ).to_envelope()
+    assert (read["op"], read["after"], read["source"]["snapshot"]) == (
+        "r",
+        {"id": 1},
+        "incremental",
+    )
+
+    truncate = ChangeEvent(Op.TRUNCATE, source(), 5, None).to_envelope()
+    assert (truncate["op"], truncate["before"], truncate["after"]) == ("t", None, None)
+
+
+def test_event_exposes_table_and_position_of_its_source() -> None:
+    event = ChangeEvent(Op.CREATE, source(), 0, (1,), after={"id": 1})
+    assert event.table == TABLE
+    assert event.position == POS
+
+
+def test_delete_without_before_is_allowed() -> None:
+    # Tables without full replica identity deliver deletes with only the key.
+    event = ChangeEvent(Op.DELETE, source(), 0, (1,))
+    assert event.to_envelope()["before"] is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"op": Op.TRUNCATE, "key": (1,)}, "truncate"),
+        ({"op": Op.TRUNCATE, "key": None, "before": {"id": 1}}, "truncate"),
+        ({"op": Op.TRUNCATE, "key": None, "after": {"id": 1}}, "truncate"),
+        ({"op": Op.DELETE, "key": (1,), "before": {"id": 1}, "after": {"id": 1}}, "after"),
+        ({"op": Op.CREATE, "key": (1,)}, "after"),
+        ({"op": Op.UPDATE, "key": (1,), "before": {"id": 1}}, "after"),
+        ({"op": Op.READ, "key": (1,)}, "after"),
+        ({"op": Op.CREATE, "key": None, "after": {"id": 1}}, "key"),
+        ({"op": Op.UPDATE, "key": None, "after": {"id": 1}}, "key"),
+        ({"op": Op.DELETE, "key": None, "before": {"id": 1}}, "key"),
+        ({"op": Op.READ, "key": None, "after": {"id": 1}}, "key"),
+    ],
+)
+def test_invalid_events_raise(kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        ChangeEvent(source=source(), ts_ms=0, **kwargs)
+
+
+def test_touched_keys_of_normal_events() -> None:
+    src = source()
+    assert ChangeEvent(Op.CREATE, src, 0, (1,), after={}).touched_keys() == ((1,),)
+    assert ChangeEvent(Op.UPDATE, src, 0, (1, "a"), after={}).touched_keys() == ((1, "a"),)
+    assert ChangeEvent(Op.DELETE, src, 0, (2,)).touched_keys() == ((2,),)
+    assert ChangeEvent(Op.READ, src, 0, (3,), after={}).touched_keys() == ((3,),)
+    assert ChangeEvent(Op.TRUNCATE, src, 0, None).touched_keys() == ()
+
+
+def test_touched_keys_of_an_in_place_key_change() -> None:
+    event = ChangeEvent(
+        Op.UPDATE, source(), 0, (2,), before={"id": 1}, after={"id": 2}, old_key=(1,)
+    )
+    assert event.touched_keys() == ((1,), (2,))
+
+
+def test_old_key_equal_to_key_touches_one_key() -> None:
+    event = ChangeEvent(Op.UPDATE, source(), 0, (1,), after={"id": 1}, old_key=(1,))
+    assert event.touched_keys() == ((1,),)
+
+
+def test_events_are_frozen() -> None:
+    event = ChangeEvent(Op.CREATE, source(), 0, (1,), after={"id": 1})
+    with pytest.raises(AttributeError):
+        event.op = Op.DELETE  # type: ignore[misc]

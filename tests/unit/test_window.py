@@ -1,0 +1,542 @@
+"""The DBLog chunk window, scenario by scenario."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta, timezone
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from signals.names import TableId
+from snapshotter.core.events import ChangeEvent, Op, SnapshotMarker, Source
+from snapshotter.core.position import Position
+from snapshotter.core.window import (
+    ChunkWindow,
+    ReadBatch,
+    WindowKeyError,
+    WindowOrderError,
+    WindowPhase,
+)
+
+TABLE = TableId("public", "items")
+OTHER = TableId("public", "other")
+SIGNALS = TableId("public", "debezium_signal")
+OPEN_AT = Position(10, 0)
+CLOSE_AT = Position(20, 5, 0)
+
+_seq = iter(range(11, 10**9))
+
+
+def src(table: TableId = TABLE, position: Position | None = None) -> Source:
+    return Source(
+        "postgresql",
+        "srv",
+        "db",
+        table,
+        position if position is not None else Position(next(_seq), 0),
+        ts_ms=1,
+    )
+
+
+def create(key: tuple[Any, ...], table: TableId = TABLE) -> ChangeEvent:
+    return ChangeEvent(Op.CREATE, src(table), 0, key, after={"k": key})
+
+
+def update(key: tuple[Any, ...], old_key: tuple[Any, ...] | None = None) -> ChangeEvent:
+    return ChangeEvent(
+        Op.UPDATE, src(), 0, key, before={"k": old_key or key}, after={"k": key}, old_key=old_key
+    )
+
+
+def delete(key: tuple[Any, ...]) -> ChangeEvent:
+    return ChangeEvent(Op.DELETE, src(), 0, key, before={"k": key})
+
+
+def truncate() -> ChangeEvent:
+    return ChangeEvent(Op.TRUNCATE, src(), 0, None)
+
+
+def chunk(ids: list[int]) -> pa.Table:
+    return pa.table(
+        {
+            "id": pa.array(ids, type=pa.int64()),
+            "name": pa.array([f"row{i}" for i in ids], type=pa.string()),
+        }
+    )
+
+
+def window(key_columns: tuple[str, ...] = ("id",)) -> ChunkWindow:
+    return ChunkWindow("w1", TABLE, key_columns)
+
+
+def open_window(key_columns: tuple[str, ...] = ("id",)) -> ChunkWindow:
+    w = window(key_columns)
+    w.open(OPEN_AT)
+    return w
+
+
+def ids(batch: ReadBatch) -> list[int]:
+    return batch.rows.column("id").to_pylist()
+
+
+# --- the life of a window ------------------------------------------------------------------
+
+
+def test_no_events_all_rows_survive_in_key_order() -> None:
+    w = window()
+    assert w.phase is WindowPhase.REGISTERED and not w.filled and w.opened_at is None
+    w.open(OPEN_AT)
+    assert w.phase is WindowPhase.OPEN and w.opened_at == OPEN_AT
+    w.fill(chunk([1, 2, 3, 5, 8]))
+    assert w.filled
+    batch = w.close(CLOSE_AT)
+    assert w.phase is WindowPhase.CLOSED
+    assert ids(batch) == [1, 2, 3, 5, 8]
+    assert batch.rows.equals(chunk([1, 2, 3, 5, 8]))
+    assert (batch.selected, batch.dropped, batch.last_key) == (5, 0, (8,))
+    assert batch.position == CLOSE_AT
+    assert batch.truncated is False
+    assert (batch.window_id, batch.table, batch.key_columns) == ("w1", TABLE, ("id",))
+
+
+@pytest.mark.parametrize("make", [create, update, delete], ids=["insert", "update", "delete"])
+def test_event_for_a_buffered_key_inside_the_window_drops_it(make: Any) -> None:
+    w = open_window()
+    w.fill(chunk([1, 2, 3]))
+    assert w.observe(make((2,))) is True
+    batch = w.close(CLOSE_AT)
+    assert ids(batch) == [1, 3]
+    assert (batch.selected, batch.dropped) == (3, 1)
+
+
+def test_event_before_the_open_watermark_does_not_drop() -> None:
+    w = window()
+    assert w.observe(update((2,))) is False
+    assert w.observe(truncate()) is False
+    w.open(OPEN_AT)
+    w.fill(chunk([1, 2, 3]))
+    batch = w.close(CLOSE_AT)
+    assert ids(batch) == [1, 2, 3]
+    assert batch.truncated is False
+
+
+def test_events_for_keys_outside_the_chunk_are_harmless() -> None:
+    w = open_window()
+    w.fill(chunk([10, 20, 30]))
+    for event in (create((5,)), update((15,)), delete((99,)), create((-1,))):
+        assert w.observe(event) is True
+    batch = w.close(CLOSE_AT)
+    assert ids(batch) == [10, 20, 30]
+    assert batch.dropped == 0
+
+
+def test_events_seen_before_the_fill_still_drop_their_keys() -> None:
+    w = open_window()
+    w.observe(update((1,)))
+    w.observe(delete((3,)))
+    w.fill(chunk([1, 2, 3, 4]))
+    w.observe(update((4,)))
+    batch = w.close(CLOSE_AT)
+    assert ids(batch) == [2]
+    assert batch.dropped == 3
+
+
+def test_in_place_key_change_drops_old_and_new_key() -> None:
+    w = open_window()
+    w.fill(chunk([1, 2, 3, 4]))
+    w.observe(update((3,), old_key=(1,)))
+    batch = w.close(CLOSE_AT)
+    assert ids(batch) == [2, 4]
+
+
+def test_key_change_as_delete_then_create_drops_both() -> None:
+    w = open_window()
+    w.fill(chunk([1, 2, 3, 4]))
+    w.observe(delete((4,)))
+    w.observe(create((2,)))
+    assert ids(w.close(CLOSE_AT)) == [1, 3]
+
+
+def test_repeated_events_for_one_key_drop_it_once() -> None:
+    w = open_window()
+    w.fill(chunk([1, 2]))
+    for _ in range(5):
+        w.observe(update((1,)))
+    batch = w.close(CLOSE_AT)
+    assert ids(batch) == [2]
+    assert batch.dropped == 1
+
+
+def test_truncate_drops_everything_and_later_events_do_not_resurrect() -> None:
+    w = open_window()
+    w.fill(chunk([1, 2, 3]))
+    w.observe(update((1,)))
+    assert w.observe(truncate()) is True
+    w.observe(create((2,)))
+    w.observe(create((7,)))
+    batch = w.close(CLOSE_AT)
+    assert batch.rows.num_rows == 0
+    assert batch.truncated is True
+    assert (batch.selected, batch.dropped, batch.last_key) == (3, 3, (3,))
+    assert batch.rows.schema == chunk([]).schema
+    assert list(batch.events(src(SIGNALS, CLOSE_AT), ts_ms=0)) == []
+
+
+def test_truncate_before_the_fill_drops_everything() -> None:
+    w = open_window()
+    w.observe(truncate())
+    w.fill(chunk([1, 2]))
+    batch = w.close(CLOSE_AT)
+    assert batch.rows.num_rows == 0 and batch.truncated
+
+
+def test_empty_chunk() -> None:
+    w = open_window()
+    w.observe(update((1,)))
+    w.fill(chunk([]))
+    batch = w.close(CLOSE_AT)
+    assert (batch.selected, batch.dropped, batch.last_key) == (0, 0, None)
+    assert batch.rows.num_rows == 0
+
+
+def test_last_key_is_the_last_selected_key_even_when_dropped() -> None:
+    w = open_window()
+    w.fill(chunk([1, 2, 3]))
+    w.observe(delete((3,)))
+    batch = w.close(CLOSE_AT)
+    assert ids(batch) == [1, 2]
+    assert batch.last_key == (3,)
+    assert (batch.selected, batch.dropped) == (3, 1)
+
+
+def test_every_row_dropped_keeps_last_key() -> None:
+    w = open_window()
+    w.fill(chunk([4, 5]))
+    w.observe(update((4,)))
+    w.observe(update((5,)))
+    batch = w.close(CLOSE_AT)
+    assert batch.rows.num_rows == 0
+    assert (batch.selected, batch.dropped, batch.last_key) == (2, 2, (5,))
+    assert batch.truncated is False
+
+
+def test_multi_chunk_arrow_table_keeps_its_order() -> None:
+    rows = pa.concat_tables([chunk([1, 2, 3]), chunk([4, 5, 6]), chunk([7, 8, 9])])
+    assert rows.column("id").num_chunks == 3
+    w = open_window()
+    w.fill(rows)
+    for k in (2, 4, 6, 9):
+        w.observe(update((k,)))
+    batch = w.close(CLOSE_AT)
+    assert ids(batch) == [1, 3, 5, 7, 8]
+    assert batch.rows.column("name").to_pylist() == ["row1", "row3", "row5", "row7", "row8"]
+    assert batch.last_key == (9,)
+
+
+# --- key shapes and types ------------------------------------------------------------------
+
+
+def test_composite_text_and_int_keys() -> None:
+    rows = pa.table(
+        {
+            "k1": pa.array([1, 1, 1, 2, 2], type=pa.int64()),
+            "k2": pa.array(["B", "a", "b", "a", "ä"], type=pa.string()),
+            "v": [10, 11, 12, 13, 14],
+        }
+    )
+    w = open_window(("k1", "k2"))
+    w.fill(rows)
+    w.observe(update((1, "b")))
+    w.observe(delete((2, "ä")))
+    w.observe(create((2, "b")))  # not in the chunk
+    batch = w.close(CLOSE_AT)
+    assert batch.rows.column("v").to_pylist() == [10, 11, 13]
+    assert batch.last_key == (2, "ä")
+    assert batch.key_columns == ("k1", "k2")
+
+
+def test_key_columns_in_a_different_order_than_the_table() -> None:
+    rows = pa.table({"v": [1, 2, 3], "b": ["x", "x", "y"], "a": [1, 2, 1]})
+    w = open_window(("a", "b"))
+    w.fill(rows)
+    w.observe(update((2, "x")))
+    batch = w.close(CLOSE_AT)
+    assert batch.rows.column("v").to_pylist() == [1, 3]
+    assert batch.last_key == (1, "y")
+
+
+EAST = timezone(timedelta(hours=2))
+
+TYPED_CASES: list[tuple[str, pa.DataType, list[Any], Any, Any]] = [
+    # name, arrow type, chunk values, log key value (equal to values[1]), a log value not in it
+    (
+        "decimal128",
+        pa.decimal128(10, 2),
+        [Decimal("1.10"), Decimal("12.30"), Decimal("99.99")],
+        Decimal("12.3"),
+        Decimal("12.31"),
+    ),
+    ("binary", pa.binary(), [b"\x00", b"\x00\x01", b"\xff"], bytearray(b"\x00\x01"), b"\x00\x02"),
+    ("binary-memoryview", pa.binary(), [b"a", b"b", b"c"], memoryview(b"b"), b"B"),
+    (
+        "timestamp-tz-utc",
+        pa.timestamp("us", tz="UTC"),
+        [
+            datetime(2024, 1, 1, tzinfo=UTC),
+            datetime(2024, 1, 1, 0, 0, 0, 1, tzinfo=UTC),
+            datetime(2024, 1, 2, tzinfo=UTC),
+        ],
+        datetime(2024, 1, 1, 2, 0, 0, 1, tzinfo=EAST),  # the same instant, another offset
+        datetime(2024, 1, 1, 0, 0, 0, 2, tzinfo=UTC),
+    ),
+    (
+        "date32",
+        pa.date32(),
+        [date(2024, 1, 1), date(2024, 2, 29), date(2025, 1, 1)],
+        date(2024, 2, 29),
+        date(2024, 3, 1),
+    ),
+    ("large_string", pa.large_string(), ["a", "é", "z"], "é", "e"),
+    ("uint64", pa.uint64(), [0, 2**63, 2**64 - 1], 2**63, 2**63 + 1),
+]
+
+
+@pytest.mark.parametrize(
+    ("arrow_type", "values", "log_value", "absent"),
+    [c[1:] for c in TYPED_CASES],
+    ids=[c[0] for c in TYPED_CASES],
+)
+def test_typed_keys_are_matched(
+    arrow_type: pa.DataType, values: list[Any], log_value: Any, absent: Any
+) -> None:
+    rows = pa.table({"k": pa.array(values, type=arrow_type), "v": [0, 1, 2]})
+    w = open_window(("k",))
+    w.fill(rows)
+    w.observe(update((log_value,)))
+    w.observe(update((absent,)))
+    batch = w.close(CLOSE_AT)
+    assert batch.rows.column("v").to_pylist() == [0, 2]
+    assert batch.rows.schema == rows.schema
+    assert batch.last_key == (rows.column("k")[2].as_py(),)
+
+
+# --- READ events ---------------------------------------------------------------------------
+
+
+def test_read_events() -> None:
+    w = open_window()
+    w.fill(chunk([1, 2, 3, 4]))
+    w.observe(delete((2,)))
+    batch = w.close(CLOSE_AT)
+    close_source = Source(
+        "postgresql", "srv", "db", SIGNALS, CLOSE_AT, ts_ms=77, details={"lsn": 5}
+    )
+    events = list(batch.events(close_source, ts_ms=1234))
+    assert [e.key for e in events] == [(1,), (3,), (4,)]
+    assert [e.after for e in events] == [
+        {"id": 1, "name": "row1"},
+        {"id": 3, "name": "row3"},
+        {"id": 4, "name": "row4"},
+    ]
+    assert [e.position for e in events] == [CLOSE_AT.read_row(i) for i in range(3)]
+    assert [batch.row_position(i) for i in range(3)] == [e.position for e in events]
+    next_event = Position(CLOSE_AT.major, CLOSE_AT.minor + 1, 0)
+    for e in events:
+        assert e.op is Op.READ
+        assert e.before is None
+        assert e.ts_ms == 1234
+        assert e.table == TABLE
+        assert e.source.snapshot is SnapshotMarker.INCREMENTAL
+        assert CLOSE_AT < e.position < next_event
+        env = e.to_envelope()
+        assert env["op"] == "r"
+        assert env["source"]["snapshot"] == "incremental"
+        assert (env["source"]["schema"], env["source"]["table"]) == ("public", "items")
+        assert env["source"]["pos"] == e.position.token
+        assert (env["source"]["connector"], env["source"]["lsn"]) == ("postgresql", 5)
+
+
+def test_read_event_keys_of_composite_keys_follow_key_column_order() -> None:
+    rows = pa.table({"b": ["x", "y"], "a": [1, 2]})
+    w = open_window(("a", "b"))
+    w.fill(rows)
+    events = list(w.close(CLOSE_AT).events(src(SIGNALS, CLOSE_AT), ts_ms=0))
+    assert [e.key for e in events] == [(1, "x"), (2, "y")]
+
+
+# --- misuse --------------------------------------------------------------------------------
+
+
+def test_close_before_open() -> None:
+    w = window()
+    w.fill(chunk([1]))
+    with pytest.raises(WindowOrderError, match="open watermark"):
+        w.close(CLOSE_AT)
+
+
+def test_close_before_fill() -> None:
+    w = open_window()
+    with pytest.raises(WindowOrderError, match="before the chunk rows"):
+        w.close(CLOSE_AT)
+
+
+def test_close_twice() -> None:
+    w = open_window()
+    w.fill(chunk([1]))
+    w.close(CLOSE_AT)
+    with pytest.raises(WindowOrderError):
+        w.close(CLOSE_AT)
+
+
+def test_fill_twice() -> None:
+    w = open_window()
+    w.fill(chunk([1]))
+    with pytest.raises(WindowOrderError, match="second chunk"):
+        w.fill(chunk([2]))
+
+
+def test_open_twice() -> None:
+    w = open_window()
+    with pytest.raises(WindowOrderError, match="opened twice"):
+        w.open(OPEN_AT)
+    w.fill(chunk([1]))
+    w.close(CLOSE_AT)
+    with pytest.raises(WindowOrderError):
+        w.open(OPEN_AT)
+
+
+def test_observe_after_close() -> None:
+    w = open_window()
+    w.fill(chunk([1]))
+    w.close(CLOSE_AT)
+    with pytest.raises(WindowOrderError, match="after it closed"):
+        w.observe(update((1,)))
+
+
+def test_fill_after_close() -> None:
+    w = open_window()
+    w.fill(chunk([1]))
+    w.close(CLOSE_AT)
+    with pytest.raises(WindowOrderError):
+        w.fill(chunk([2]))
+
+
+def test_window_order_error_is_a_runtime_error() -> None:
+    assert issubclass(WindowOrderError, RuntimeError)
+
+
+def test_event_of_another_table_raises_value_error() -> None:
+    w = window()
+    with pytest.raises(ValueError, match="other"):
+        w.observe(create((1,), table=OTHER))
+    w.open(OPEN_AT)
+    with pytest.raises(ValueError, match="other"):
+        w.observe(create((1,), table=OTHER))
+
+
+def test_window_needs_key_columns() -> None:
+    with pytest.raises(ValueError, match="key columns"):
+        ChunkWindow("w", TABLE, [])
+
+
+def test_chunk_without_the_key_columns_raises() -> None:
+    w = open_window(("id", "tenant"))
+    with pytest.raises(ValueError, match="tenant"):
+        w.fill(chunk([1]))
+    assert not w.filled
+
+
+@pytest.mark.parametrize("key", [(1, 2), ("a", 1, 2)], ids=["too-long", "too-long-3"])
+def test_key_with_wrong_column_count_raises(key: tuple[Any, ...]) -> None:
+    w = open_window()
+    w.fill(chunk([1]))
+    with pytest.raises(WindowKeyError) as info:
+        w.observe(update(key))
+    message = str(info.value)
+    assert str(TABLE) in message and "id" in message
+
+
+def test_composite_key_with_too_few_columns_raises() -> None:
+    w = open_window(("k1", "k2"))
+    with pytest.raises(WindowKeyError, match="k1"):
+        w.observe(update((1,)))
+
+
+def test_in_place_key_change_with_wrong_old_key_width_raises() -> None:
+    w = open_window()
+    with pytest.raises(WindowKeyError):
+        w.observe(update((1,), old_key=(1, 2)))
+
+
+@pytest.mark.parametrize(
+    ("arrow_type", "values", "bad"),
+    [
+        (pa.int64(), [1, 2], "abc"),
+        (pa.int64(), [1, 2], 2**70),
+        (pa.decimal128(5, 2), [Decimal("1.00")], Decimal("1.234")),
+        (pa.date32(), [date(2024, 1, 1)], "2024-01-01"),
+        (pa.binary(), [b"a"], Decimal("1")),
+    ],
+    ids=["text-in-int", "overflow", "decimal-scale", "text-in-date", "decimal-in-binary"],
+)
+def test_key_value_that_does_not_fit_the_arrow_type_raises(
+    arrow_type: pa.DataType, values: list[Any], bad: Any
+) -> None:
+    w = open_window(("code",))
+    w.fill(pa.table({"code": pa.array(values, type=arrow_type)}))
+    w.observe(update((bad,)))
+    with pytest.raises(WindowKeyError) as info:
+        w.close(CLOSE_AT)
+    message = str(info.value)
+    assert str(TABLE) in message
+    assert "code" in message
+
+
+def test_window_key_error_is_a_value_error() -> None:
+    assert issubclass(WindowKeyError, ValueError)
+
+
+# --- the window against a model ------------------------------------------------------------
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    chunk_ids=st.lists(st.integers(0, 60), unique=True, max_size=30).map(sorted),
+    before_open=st.lists(st.integers(0, 60), max_size=10),
+    in_window=st.lists(st.one_of(st.integers(0, 60), st.just("truncate")), max_size=20),
+    fill_at=st.integers(0, 20),
+)
+def test_survivors_are_the_chunk_minus_keys_touched_in_the_window(
+    chunk_ids: list[int], before_open: list[int], in_window: list[int | str], fill_at: int
+) -> None:
+    w = window()
+    for k in before_open:
+        assert w.observe(update((k,))) is False
+    w.open(OPEN_AT)
+    for i, item in enumerate(in_window):
+        if i == fill_at:  # the chunk SELECT's rows arrive somewhere among the log events
+            w.fill(chunk(chunk_ids))
+        assert w.observe(truncate() if item == "truncate" else update((item,))) is True
+    if not w.filled:
+        w.fill(chunk(chunk_ids))
+    batch = w.close(CLOSE_AT)
+    truncated = "truncate" in in_window
+    expected = [] if truncated else [k for k in chunk_ids if k not in in_window]
+    assert ids(batch) == expected
+    assert batch.selected == len(chunk_ids)
+    assert batch.dropped == len(chunk_ids) - len(expected)
+    assert batch.last_key == ((chunk_ids[-1],) if chunk_ids else None)
+    assert batch.truncated is truncated
+
+
+def test_misfit_message_names_the_offending_value_type() -> None:
+    w = open_window(("code",))
+    w.fill(pa.table({"code": pa.array([1, 2], type=pa.int64())}))
+    w.observe(update((1,)))
+    w.observe(update(("seven",)))
+    with pytest.raises(WindowKeyError, match="str value"):
+        w.close(CLOSE_AT)
