@@ -71,20 +71,18 @@ def _decode_decimal(text: str) -> Decimal:
         raise KeyCodecError(f"{text!r} is not a decimal") from None
 
 
-def _decode_datetime(text: str, *, aware: bool) -> datetime:
-    out = datetime.fromisoformat(text)
-    if (out.tzinfo is not None) != aware:
-        need = "a UTC offset" if aware else "no UTC offset"
-        raise KeyCodecError(f"{'timestamptz' if aware else 'timestamp'} {text!r} needs {need}")
-    return out
+def _offset_checked(
+    kind: str, parse: Callable[[str], datetime | time], *, aware: bool
+) -> Callable[[str], KeyValue]:
+    """``parse``, refusing a value with (naive kinds) or without (aware kinds) a UTC offset."""
 
+    def decode(text: str) -> KeyValue:
+        out = parse(text)
+        if (out.tzinfo is not None) != aware:
+            raise KeyCodecError(f"{kind} {text!r} needs {'a' if aware else 'no'} UTC offset")
+        return out
 
-def _decode_time(text: str, *, aware: bool) -> time:
-    out = time.fromisoformat(text)
-    if (out.tzinfo is not None) != aware:
-        need = "a UTC offset" if aware else "no UTC offset"
-        raise KeyCodecError(f"{'timetz' if aware else 'time'} {text!r} needs {need}")
-    return out
+    return decode
 
 
 def _from_text(kind: str, parse: Callable[[str], KeyValue]) -> Callable[[object], KeyValue]:
@@ -106,11 +104,15 @@ _DECODERS: dict[str, Callable[[object], KeyValue]] = {
     "text": _from_text("text", str),
     "bytes": _from_text("bytes", lambda v: base64.b64decode(v, validate=True)),
     "uuid": _from_text("uuid", UUID),
-    "timestamp": _from_text("timestamp", lambda v: _decode_datetime(v, aware=False)),
-    "timestamptz": _from_text("timestamptz", lambda v: _decode_datetime(v, aware=True)),
+    "timestamp": _from_text(
+        "timestamp", _offset_checked("timestamp", datetime.fromisoformat, aware=False)
+    ),
+    "timestamptz": _from_text(
+        "timestamptz", _offset_checked("timestamptz", datetime.fromisoformat, aware=True)
+    ),
     "date": _from_text("date", date.fromisoformat),
-    "time": _from_text("time", lambda v: _decode_time(v, aware=False)),
-    "timetz": _from_text("timetz", lambda v: _decode_time(v, aware=True)),
+    "time": _from_text("time", _offset_checked("time", time.fromisoformat, aware=False)),
+    "timetz": _from_text("timetz", _offset_checked("timetz", time.fromisoformat, aware=True)),
 }
 
 
