@@ -29,11 +29,13 @@ from signals.names import (
     parse_table_selector,
 )
 from signals.parser import parse_signal
+from signals.sqlguard import FilterError, check_filter
 
 __all__ = [
     "USER_SIGNAL_TYPES",
     "AdditionalCondition",
     "ExecuteSnapshot",
+    "FilterError",
     "LogSignal",
     "PauseSnapshot",
     "ResumeSnapshot",
@@ -48,6 +50,7 @@ __all__ = [
     "TableSelector",
     "Watermark",
     "WatermarkKind",
+    "check_filter",
     "parse_signal",
     "parse_table_name",
     "parse_table_selector",

@@ -1,7 +1,11 @@
 """Typed signals, as rows of the Debezium-compatible signal table turn into.
 
-Each signal knows how to write itself back as ``(id, type, data)`` so the insert helper and
-the CLI never build signal JSON by hand, and so parsing can be tested as a round trip.
+Each signal writes itself back as an ``(id, type, data)`` row with ``to_row``, so parsing can
+be tested as a round trip. The parser (``signals.parser.parse_signal``) is the single
+validator: the CLI builds a ``data`` dict from its arguments and runs it, as JSON, through the
+parser like any row read from the table; it then inserts the parsed signal with
+``signals.table.insert_signal``, which writes the row ``to_row`` gives. So a row snapshotter
+inserts is always ``to_row`` of a signal the parser accepted.
 """
 
 from __future__ import annotations

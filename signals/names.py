@@ -1,11 +1,14 @@
 """Table names as signals spell them: ``schema.table``, ``table``, quoted parts, regex patterns.
 
-A name made only of identifier parts (bare words, or parts quoted with ``"`` or a backtick,
-where a doubled quote stands for itself) names exactly one table; anything else is a regular
+A name made only of identifier parts names exactly one table; anything else is a regular
 expression matched against the whole ``schema.table`` name, as Debezium matches
-``data-collections``. Names are case-sensitive, as in Debezium: they are matched against the
-catalog's stored spelling, which for PostgreSQL is lower case unless the table was created
-with a quoted name.
+``data-collections``. A part is bare (any run of characters other than ``.``, quotes,
+whitespace and the pattern characters, so ``2024_orders``, ``my-db`` and ``my$table`` are
+parts) or quoted with ``"`` or a backtick, where a doubled quote stands for itself. The
+pattern characters are ``* + ? [ ] ( ) { } | \\``, plus ``^`` at the very start of the text and
+``$`` at the very end (regex anchors); elsewhere ``^`` and ``$`` are part of a name. Names are
+case-sensitive, as in Debezium: they are matched against the catalog's stored spelling, which
+for PostgreSQL is lower case unless the table was created with a quoted name.
 """
 
 from __future__ import annotations
@@ -13,19 +16,39 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# Bare parts are plain identifiers; anything else (``$``, ``-``, spaces, a dot) must be quoted.
-_BARE_PART = re.compile(r"[^\W\d]\w*")
-# Characters that can only mean a pattern. A dot alone cannot: ``public.orders`` is a name.
-_PATTERN_CHARS = frozenset("*+?[](){}|^$\\")
+# Characters that can only mean a pattern. A dot alone cannot (``public.orders`` is a name),
+# and ``^`` and ``$`` are anchors only at the very start and the very end of the text.
+_PATTERN_CHARS = frozenset("*+?[](){}|\\")
+_QUOTES = '"`'
 
 
 class TableNameError(ValueError):
     """A table name or pattern that cannot be parsed; the message says why."""
 
 
+def _is_bare_char(ch: str) -> bool:
+    """Whether ``ch`` may appear in a bare part (``^`` and ``$`` have position rules too)."""
+    return ch != "." and ch not in _QUOTES and ch not in _PATTERN_CHARS and not ch.isspace()
+
+
+def _is_pattern(text: str) -> bool:
+    """Whether stripped ``text`` holds a pattern character (quoted or not)."""
+    return any(ch in _PATTERN_CHARS for ch in text) or text.startswith("^") or text.endswith("$")
+
+
 def quote_part(part: str) -> str:
-    """Quote one name part for display, only when it needs it (no SQL is built from this)."""
-    if _BARE_PART.fullmatch(part):
+    """Quote one name part for display, only when it needs it (no SQL is built from this).
+
+    A part stays bare only if it reads back as the same bare part wherever it stands in
+    ``schema.table``, so a leading ``^`` or a trailing ``$`` (anchors at the ends of the
+    text) is quoted too.
+    """
+    if (
+        part
+        and all(_is_bare_char(ch) for ch in part)
+        and not part.startswith("^")
+        and not part.endswith("$")
+    ):
         return part
     return '"' + part.replace('"', '""') + '"'
 
@@ -75,7 +98,7 @@ def _split_parts(text: str) -> list[str] | None:
     parts: list[str] = []
     i, n = 0, len(text)
     while True:
-        if i < n and text[i] in '"`':
+        if i < n and text[i] in _QUOTES:
             quote = text[i]
             i += 1
             part: list[str] = []
@@ -95,11 +118,17 @@ def _split_parts(text: str) -> list[str] | None:
                 raise TableNameError(f"empty quoted part in table name {text!r}")
             parts.append("".join(part))
         else:
-            m = _BARE_PART.match(text, i)
-            if m is None:
+            start = i
+            while (
+                i < n
+                and _is_bare_char(text[i])
+                and not (i == 0 and text[i] == "^")
+                and not (i == n - 1 and text[i] == "$")
+            ):
+                i += 1
+            if i == start:
                 return None
-            parts.append(m.group())
-            i = m.end()
+            parts.append(text[start:i])
         if i == n:
             return parts
         if text[i] != ".":
@@ -122,7 +151,7 @@ def parse_table_selector(text: str) -> TableSelector:
         raise TableNameError("empty table name")
     # Whatever spells a plain dotted name is one, even with pattern characters inside its
     # quoted parts (``public."a$b"``, as ``str(TableId)`` writes it); the rest is a pattern.
-    must_be_name = stripped[0] in '"`' or not (_PATTERN_CHARS & set(stripped))
+    must_be_name = stripped[0] in _QUOTES or not _is_pattern(stripped)
     try:
         parts = _split_parts(stripped)
     except TableNameError:

@@ -3,7 +3,8 @@
 It never raises. A bad row (malformed JSON, an unknown type, a missing, misspelt or
 wrong-typed field) comes back as a ``SignalError`` naming the signal id and the problem, so
 the engine can record it where the user looks and keep streaming. Unknown fields are errors
-too: a misspelt ``additional-conditions`` silently ignored would snapshot the wrong rows.
+too: a misspelt ``additional-conditions`` silently ignored would snapshot the wrong rows, and
+so is a field given twice (JSON parsers disagree on which one wins).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from signals.model import (
     WatermarkKind,
 )
 from signals.names import TableId, TableNameError, TableSelector, parse_table_selector
+from signals.sqlguard import FilterError, check_filter
 
 NonEmpty = Annotated[str, StringConstraints(min_length=1)]
 
@@ -44,18 +46,18 @@ class _Condition(_Payload):
 
 class _ExecuteData(_Payload):
     data_collections: list[NonEmpty] = Field(alias="data-collections", min_length=1)
-    type: NonEmpty = SnapshotType.INCREMENTAL.value
+    type: NonEmpty | None = None  # null means the default, as in Debezium
     additional_conditions: list[_Condition] = Field(default=[], alias="additional-conditions")
     surrogate_key: NonEmpty | None = Field(default=None, alias="surrogate-key")
 
 
 class _StopData(_Payload):
     data_collections: list[NonEmpty] = Field(default=[], alias="data-collections")
-    type: NonEmpty = SnapshotType.INCREMENTAL.value
+    type: NonEmpty | None = None  # null means the default, as in Debezium
 
 
 class _TypeOnlyData(_Payload):
-    type: NonEmpty = SnapshotType.INCREMENTAL.value
+    type: NonEmpty | None = None  # null means the default, as in Debezium
 
 
 class _LogData(_Payload):
@@ -64,6 +66,9 @@ class _LogData(_Payload):
 
 class _Problem(Exception):
     """Internal: carries one problem up to the single place that makes the error value."""
+
+
+_TOO_DEEP = "data is nested too deeply"
 
 
 # Friendlier words for mistakes people make when porting signals from older Debezium docs.
@@ -95,8 +100,11 @@ def _validate(model: type[_Payload], data: Any) -> Any:
         raise _Problem(_describe(exc)) from None
 
 
-def _snapshot_type(value: str) -> SnapshotType:
-    # Debezium upper-cases the type before looking it up; its docs spell it "INCREMENTAL".
+def _snapshot_type(value: str | None) -> SnapshotType:
+    # Debezium reads a missing or null type as INCREMENTAL, and upper-cases the type before
+    # looking it up; its docs spell it "INCREMENTAL".
+    if value is None:
+        return SnapshotType.INCREMENTAL
     lowered = value.lower()
     if lowered == SnapshotType.INCREMENTAL.value:
         return SnapshotType.INCREMENTAL
@@ -141,19 +149,37 @@ def _conditions(
                 f"additional-conditions: {cond.data_collection!r} is not one of the "
                 "data-collections of this snapshot"
             )
+        try:
+            check_filter(cond.filter)
+        except FilterError as exc:
+            raise _Problem(
+                f"additional-conditions: the filter for {cond.data_collection!r} is refused: {exc}"
+            ) from None
         out.append(AdditionalCondition(selector, cond.filter))
     return tuple(out)
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refusing a key given twice (``json`` would keep the last silently)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Problem(f"data has a duplicate field {key!r}")
+        out[key] = value
+    return out
 
 
 def _payload(data: str | None) -> Any:
     if data is None or not data.strip():
         return {}
     try:
-        payload = json.loads(data)
+        payload = json.loads(data, object_pairs_hook=_object)
     except json.JSONDecodeError as exc:
         raise _Problem(
             f"data is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
         ) from None
+    except RecursionError:
+        raise _Problem(_TOO_DEEP) from None
     if payload is None:
         return {}
     if not isinstance(payload, dict):
@@ -205,22 +231,63 @@ def _parse(signal_id: str, signal_type: str, data: str | None) -> Signal | Water
     raise AssertionError(kind)  # pragma: no cover - match is exhaustive
 
 
+def _text(value: object, field: str) -> str | None:
+    """A column value as text: str as is, bytes decoded as UTF-8, None as None."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            raise _Problem(f"{field} is not UTF-8 text") from None
+    raise _Problem(f"{field} must be text, not {type(value).__name__}")
+
+
+def _id_text(value: object) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return str(value)
+        except ValueError:  # more digits than int-to-str allows; no id column holds that
+            raise _Problem("id is an integer too large to be an id") from None
+    return _text(value, "id") or ""
+
+
+def _shown(value: object) -> str:
+    """How an error names a raw id or type that may not be usable text."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", "backslashreplace")
+    try:
+        return repr(value)
+    except ValueError:
+        return f"<{type(value).__name__}>"
+
+
 def parse_signal(
     signal_id: object, signal_type: object, data: object
 ) -> Signal | Watermark | SignalError:
-    """Parse one signal-table row. Never raises; a bad row gives a ``SignalError``."""
-    sid = "" if signal_id is None else str(signal_id)
-    stype = "" if signal_type is None else str(signal_type)
+    """Parse one signal-table row. Never raises; a bad row gives a ``SignalError``.
+
+    All three columns are text, as a driver returns them: ``str``, or ``bytes``,
+    ``bytearray`` or ``memoryview`` (binary or VARBINARY columns), decoded as UTF-8; bytes that
+    are not UTF-8 are an error naming the column. ``None`` means an empty id or type, and no
+    data. An ``int`` id (some MySQL users key the signal table by integer) is accepted as its
+    decimal text, so ``7`` is the id ``"7"``; any other type of value (a ``bool`` id, an
+    ``int`` type, a ``dict`` as data) is an error. The error names the id as best it can,
+    undecodable bytes shown with backslash escapes.
+    """
+    sid = _shown(signal_id)
+    stype = _shown(signal_type)
     try:
-        if isinstance(data, bytes | bytearray | memoryview):
-            try:
-                data = bytes(data).decode("utf-8")
-            except UnicodeDecodeError:
-                raise _Problem("data is not UTF-8 text") from None
-        if data is not None and not isinstance(data, str):
-            raise _Problem(f"data must be text, not {type(data).__name__}")
-        return _parse(sid, stype, data)
+        sid = _id_text(signal_id)
+        stype = _text(signal_type, "type") or ""
+        return _parse(sid, stype, _text(data, "data"))
     except _Problem as problem:
         return SignalError(sid, stype or "?", str(problem))
+    except RecursionError:
+        return SignalError(sid, stype or "?", _TOO_DEEP)
     except Exception as exc:  # a parser bug must not stop the stream either
         return SignalError(sid, stype or "?", f"internal error while parsing: {exc!r}")

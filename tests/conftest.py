@@ -34,9 +34,10 @@ def _service_url(service: str, env_var: str) -> str:
     result = subprocess.run(
         [str(launcher), "up", service], capture_output=True, text=True, timeout=600, check=False
     )
-    if result.returncode != 0:
+    lines = result.stdout.strip().splitlines()
+    if result.returncode != 0 or not lines:
         _unavailable(service, f"scripts/services up {service} failed:\n{result.stderr}")
-    return result.stdout.strip().splitlines()[-1]
+    return lines[-1]  # the URL is the last line on stdout
 
 
 @pytest.fixture(scope="session")

@@ -80,9 +80,9 @@ class ChangeEvent:
     """One change to one row (or a TRUNCATE of the whole table).
 
     ``key`` is the primary key of the row the event is about (of ``after`` for c/u/r, of
-    ``before`` for d; None for t). A reader that sees a primary-key change emits it as ``d`` of
-    the old key then ``c`` of the new one, as Debezium does; should an ``u`` still carry a
-    changed key, ``old_key`` holds the key of ``before`` so the window drops both.
+    ``before`` for d; None for t): the message key sinks use. A primary-key change is never
+    one event: readers emit a delete of the old key, then a create of the new one, as
+    Debezium does, so every consumer that upserts by key stays right.
     """
 
     op: Op
@@ -91,7 +91,6 @@ class ChangeEvent:
     key: Key | None
     before: Row | None = None
     after: Row | None = None
-    old_key: Key | None = None
 
     def __post_init__(self) -> None:
         if self.op is Op.TRUNCATE:
@@ -112,14 +111,6 @@ class ChangeEvent:
     @property
     def position(self) -> Position:
         return self.source.position
-
-    def touched_keys(self) -> tuple[Key, ...]:
-        """Every key whose row this event changes: one, or two for an in-place key change."""
-        if self.key is None:
-            return ()
-        if self.old_key is not None and self.old_key != self.key:
-            return (self.old_key, self.key)
-        return (self.key,)
 
     def to_envelope(self) -> dict[str, Any]:
         """Debezium's value envelope; values stay Python objects (sinks choose the encoding)."""

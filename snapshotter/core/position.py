@@ -1,63 +1,93 @@
 """Positions in one source's log: totally ordered, and serialized so text order is log order.
 
-A position is three unsigned integers compared in turn:
+A position is a tuple of unsigned 64-bit integers compared left to right. Each log reader
+chooses what the parts mean, and uses the same number of parts for every event it emits:
 
-* ``major``: PostgreSQL: the commit LSN of the event's transaction.
-  MySQL/MariaDB: the binlog file's sequence number (``mysql-bin.000042`` → 42).
-* ``minor``: PostgreSQL: the event's sequence number inside its transaction.
-  MySQL/MariaDB: the offset of the row event in the binlog file.
-* ``row``: the row inside a log event (MySQL row events carry several rows; 0 for PostgreSQL);
-  READ rows emitted at a close watermark take the rows just after the watermark's own row, so
-  they sort after the watermark and before the next log event.
+* PostgreSQL: ``(commit LSN of the transaction, sequence of the event inside it)``.
+* MySQL/MariaDB: e.g. ``(binlog file number, event offset, row in the event, ...)``, with
+  room for what one binlog row turns into (a key change becomes a delete and a create) or
+  for events packed inside a compressed transaction payload.
 
-The token is fixed-width lower-case hex, ``MMMMMMMMMMMMMMMM-mmmmmmmmmmmmmmmm-rrrrrrrr``, so
-sorting tokens as strings sorts positions (a sink can keep "the event with the highest
-position" with a plain string max).
+READ rows emitted at a close watermark get the watermark's position plus one more part (the
+row's index), so they sort after the watermark and before the next log event:
+``(L, s) < (L, s, 0) < (L, s, 1) < ... < (L, s + 1)``.
+
+The token writes each part as 16 lower-case hex digits joined by ``-``. Every part has the
+same width, so comparing tokens as strings compares the tuples, even when one is a prefix of
+the other (``"a-b"`` sorts before ``"a-b-0"``). A sink can keep "the event with the highest
+position" with a plain string max.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from functools import total_ordering
 
 _U64 = (1 << 64) - 1
-_U32 = (1 << 32) - 1
-_TOKEN = re.compile(r"([0-9a-f]{16})-([0-9a-f]{16})-([0-9a-f]{8})")
+_TOKEN = re.compile(r"[0-9a-f]{16}(?:-[0-9a-f]{16})*")
 
 
 class PositionError(ValueError):
     """A position out of range, or a token that is not one."""
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@total_ordering
 class Position:
-    major: int
-    minor: int
-    row: int = 0
+    __slots__ = ("_parts",)
+    _parts: tuple[int, ...]
 
-    def __post_init__(self) -> None:
-        for name, value, limit in (
-            ("major", self.major, _U64),
-            ("minor", self.minor, _U64),
-            ("row", self.row, _U32),
-        ):
-            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= limit:
-                raise PositionError(f"position {name} {value!r} is not in 0..{limit}")
+    def __init__(self, *parts: int) -> None:
+        if not parts:
+            raise PositionError("a position has at least one part")
+        for part in parts:
+            if not isinstance(part, int) or isinstance(part, bool) or not 0 <= part <= _U64:
+                raise PositionError(f"position part {part!r} is not in 0..{_U64}")
+        object.__setattr__(self, "_parts", parts)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("a Position is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError("a Position is immutable")
+
+    def __reduce__(self) -> tuple[type[Position], tuple[int, ...]]:
+        # copy, deepcopy and pickle rebuild through __init__; their default restores the
+        # slot with setattr, which an immutable Position refuses.
+        return (Position, self._parts)
+
+    @property
+    def parts(self) -> tuple[int, ...]:
+        return self._parts
 
     @property
     def token(self) -> str:
-        return f"{self.major:016x}-{self.minor:016x}-{self.row:08x}"
+        return "-".join(f"{part:016x}" for part in self._parts)
 
     @classmethod
     def from_token(cls, token: str) -> Position:
-        m = _TOKEN.fullmatch(token)
-        if m is None:
+        if not isinstance(token, str) or _TOKEN.fullmatch(token) is None:
             raise PositionError(f"{token!r} is not a position token")
-        return cls(int(m[1], 16), int(m[2], 16), int(m[3], 16))
+        return cls(*(int(part, 16) for part in token.split("-")))
 
     def read_row(self, index: int) -> Position:
         """The position of READ row ``index`` (0-based) emitted at this close watermark."""
-        return Position(self.major, self.minor, self.row + 1 + index)
+        return Position(*self._parts, index)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Position):
+            return NotImplemented
+        return self._parts == other._parts
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, Position):
+            return NotImplemented
+        return self._parts < other._parts
+
+    def __hash__(self) -> int:
+        return hash(self._parts)
+
+    def __repr__(self) -> str:
+        return f"Position{self._parts!r}" if len(self._parts) > 1 else f"Position({self._parts[0]})"
 
     def __str__(self) -> str:
         return self.token

@@ -10,7 +10,12 @@ position as its token. The rules that keep a snapshot moving live here:
 * A chunk is done when it returned fewer rows than asked for, or reached the maximum key
   recorded at the start. Keys are never ordered in Python (collations differ); equality
   with the maximum key is only a shortcut that saves one empty query.
-* A signal id is processed once: a signal replayed from the log after a restart is skipped.
+* A signal is executed once: each processed signal id is kept with the log position it was
+  seen at, and the same id at that position or before (a replay after a restart) is
+  skipped, while the same id inserted again later (Debezium's docs reuse ids like
+  ``ad-hoc-1``) runs again. Entries older than where the log can replay from are pruned.
+* Pause is engine-wide, as in Debezium: every unfinished snapshot pauses, and a snapshot
+  requested while paused waits until ``resume-snapshot``.
 """
 
 from __future__ import annotations
@@ -19,10 +24,18 @@ import json
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    StrictBool,
+)
 
 from signals.names import TableId, TableNameError, parse_table_name
 from snapshotter.core.keys import Key, decode_key, encode_key, normalize_key
+from snapshotter.core.position import Position
 
 STATE_VERSION: Literal[1] = 1
 
@@ -141,15 +154,29 @@ class TableProgress(_Model):
         self.error = error
 
 
+def _validate_token(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError("a position is written as its token string")
+    return Position.from_token(value).token
+
+
+PositionToken = Annotated[str, PlainValidator(_validate_token)]
+
+
 class StreamState(_Model):
-    position: str | None = None  # the token of the last position durable in the sink
+    position: PositionToken | None = None  # the last position durable in the sink
+    # What the log reader needs to start again from ``position`` (PostgreSQL: the slot's
+    # confirmed LSN; MySQL: binlog file, offset and GTID set). The dialect owns its shape.
+    resume: dict[str, Any] = Field(default_factory=dict)
 
 
 class EngineState(_Model):
     version: Literal[1] = STATE_VERSION
     stream: StreamState = Field(default_factory=StreamState)
+    paused: StrictBool = False
     snapshots: list[TableProgress] = Field(default_factory=list)
-    processed_signals: list[str] = Field(default_factory=list)
+    # signal id -> the position token of the signal row in the log when it was processed
+    processed_signals: dict[str, PositionToken] = Field(default_factory=dict)
 
     def progress(self, table: TableId) -> TableProgress | None:
         """The newest snapshot record of ``table``."""
@@ -158,19 +185,51 @@ class EngineState(_Model):
                 return progress
         return None
 
+    def add(self, progress: TableProgress) -> None:
+        """Queue a table's snapshot; it waits, paused, if the engine is paused."""
+        if self.paused:
+            progress.pause()
+        self.snapshots.append(progress)
+
     def active(self) -> TableProgress | None:
-        """The snapshot that chunks are read for now: the first not finished and not paused."""
+        """The snapshot that chunks are read for now: the first pending or running one."""
+        if self.paused:
+            return None
         for progress in self.snapshots:
             if progress.status in (SnapshotStatus.PENDING, SnapshotStatus.RUNNING):
                 return progress
         return None
 
-    def was_processed(self, signal_id: str) -> bool:
-        return signal_id in self.processed_signals
+    def pause(self) -> None:
+        if self.paused:
+            raise StateError("the incremental snapshot is already paused")
+        self.paused = True
+        for progress in self.snapshots:
+            if progress.status in (SnapshotStatus.PENDING, SnapshotStatus.RUNNING):
+                progress.pause()
 
-    def mark_processed(self, signal_id: str) -> None:
-        if signal_id not in self.processed_signals:
-            self.processed_signals.append(signal_id)
+    def resume(self) -> None:
+        if not self.paused:
+            raise StateError("the incremental snapshot is not paused")
+        self.paused = False
+        for progress in self.snapshots:
+            if progress.status is SnapshotStatus.PAUSED:
+                progress.resume()
+
+    def was_processed(self, signal_id: str, position: Position) -> bool:
+        """Whether this signal row, seen at ``position``, was executed already."""
+        seen = self.processed_signals.get(signal_id)
+        return seen is not None and position.token <= seen
+
+    def mark_processed(self, signal_id: str, position: Position) -> None:
+        self.processed_signals[signal_id] = position.token
+
+    def prune_processed(self, replay_from: Position) -> None:
+        """Forget signals the log can no longer replay: those before ``replay_from``."""
+        oldest = replay_from.token
+        self.processed_signals = {
+            sid: token for sid, token in self.processed_signals.items() if token >= oldest
+        }
 
     def to_json(self) -> str:
         return json.dumps(self.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
@@ -198,9 +257,19 @@ class EngineState(_Model):
         for step in range(version, STATE_VERSION):
             raw = _MIGRATIONS[step](raw)
         try:
-            return cls.model_validate(raw)
+            state = cls.model_validate(raw)
         except ValueError as exc:
             raise StateError(f"state does not validate: {exc}") from None
+        # A paused snapshot in an engine that is not paused could never resume (and the
+        # reverse would read chunks during a pause): refuse such a file rather than stall.
+        statuses = {p.status for p in state.snapshots}
+        if not state.paused and SnapshotStatus.PAUSED in statuses:
+            raise StateError("state is inconsistent: a snapshot is paused but the engine is not")
+        if state.paused and statuses & {SnapshotStatus.PENDING, SnapshotStatus.RUNNING}:
+            raise StateError(
+                "state is inconsistent: the engine is paused but a snapshot is pending or running"
+            )
+        return state
 
 
 # _MIGRATIONS[n] turns a version-n state dict into version n+1. Keep old state files as test

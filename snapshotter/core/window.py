@@ -6,8 +6,9 @@ The life of a window, as the engine drives it:
    watermark, so the log reader can never see a watermark it cannot place.
 2. OPEN: the log reader sees the open (low) watermark. From here on, every log event of the
    table touches the window: its keys are dropped from the chunk buffer, because the log holds
-   a value at least as fresh as the one the chunk SELECT read. A primary-key change drops the
-   old and the new key; a TRUNCATE drops the whole buffer.
+   a value at least as fresh as the one the chunk SELECT read. Keys are taken from the event's
+   before and after rows, so a primary-key change drops the old and the new key whether it
+   comes as one event or as a delete and a create; a TRUNCATE drops the whole buffer.
 3. The chunk SELECT's rows arrive (``fill``) - before or after the open watermark is seen,
    since the SELECT runs beside the stream - and always before the close watermark is
    written, so the buffer is complete when the close watermark shows up in the log.
@@ -29,7 +30,7 @@ import pyarrow as pa
 
 from signals.names import TableId
 from snapshotter.core.events import ChangeEvent, Op, SnapshotMarker, Source
-from snapshotter.core.keys import Key, normalize_key
+from snapshotter.core.keys import Key
 from snapshotter.core.position import Position
 
 _ROW_INDEX = "__snapshotter_row"
@@ -143,14 +144,44 @@ class ChunkWindow:
             self._dropped.clear()
             return True
         if not self._truncated:
-            for key in event.touched_keys():
-                if len(key) != len(self.key_columns):
-                    raise WindowKeyError(
-                        f"{self.table}: a log event has a {len(key)}-column key, the chunk has "
-                        f"{len(self.key_columns)} key columns {list(self.key_columns)}"
-                    )
-                self._dropped.add(normalize_key(key))
+            try:
+                self._dropped.update(self._keys_of(event))
+            except TypeError as exc:  # an unhashable value: no reader should produce one
+                raise WindowKeyError(
+                    f"{self.table}: a log event's key value is not usable as a key: {exc}"
+                ) from None
         return True
+
+    def _keys_of(self, event: ChangeEvent) -> list[Key]:
+        """The window's keys of the event's rows: before and after, so a key change made in
+        one event drops both. Taken by the window's own key columns, which are the snapshot's
+        (a surrogate key, possibly) and not necessarily the table's primary key."""
+        keys: list[Key] = []
+        for side, row in (("before", event.before), ("after", event.after)):
+            if row is None:
+                continue
+            try:
+                key = tuple(row[c] for c in self.key_columns)
+            except KeyError as missing:
+                raise WindowKeyError(
+                    f"{self.table}: the {side} row of a log event lacks key column {missing}; "
+                    "the log must carry every key column (on PostgreSQL a surrogate key needs "
+                    "REPLICA IDENTITY FULL)"
+                ) from None
+            nulls = [c for c, v in zip(self.key_columns, key, strict=True) if v is None]
+            if nulls:
+                raise WindowKeyError(
+                    f"{self.table}: the {side} row of a log event has NULL in key column "
+                    f"{nulls[0]!r}; key columns must be NOT NULL, and the log must carry them "
+                    "(on PostgreSQL a surrogate key needs REPLICA IDENTITY FULL)"
+                )
+            # Readers may hand bytes-likes that do not hash like the bytes Arrow gives back.
+            keys.append(
+                tuple(bytes(v) if isinstance(v, bytearray | memoryview) else v for v in key)
+            )
+        if not keys:
+            raise WindowKeyError(f"{self.table}: an {event.op.value!r} log event has no row")
+        return keys
 
     def close(self, position: Position) -> ReadBatch:
         """The close (high) watermark was seen at ``position``: emit the survivors."""

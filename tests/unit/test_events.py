@@ -1,4 +1,4 @@
-"""Change events: Debezium's envelope, validation, and the keys an event touches."""
+"""Change events: Debezium's envelope and validation."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from snapshotter.core.events import ENVELOPE_VERSION, ChangeEvent, Op, SnapshotM
 from snapshotter.core.position import Position
 
 TABLE = TableId("public", "orders")
-POS = Position(0x1A2B, 3, 0)
+POS = Position(0x1A2B, 3)
 
 
 def source(**changes: Any) -> Source:
@@ -108,7 +108,7 @@ def test_event_exposes_table_and_position_of_its_source() -> None:
 
 
 def test_delete_without_before_is_allowed() -> None:
-    # Tables without full replica identity deliver deletes with only the key.
+    # The envelope allows it (Debezium's does); a chunk window refuses it, having no key row.
     event = ChangeEvent(Op.DELETE, source(), 0, (1,))
     assert event.to_envelope()["before"] is None
 
@@ -134,25 +134,31 @@ def test_invalid_events_raise(kwargs: dict[str, Any], match: str) -> None:
         ChangeEvent(source=source(), ts_ms=0, **kwargs)
 
 
-def test_touched_keys_of_normal_events() -> None:
+def test_a_key_change_is_a_delete_of_the_old_key_then_a_create_of_the_new() -> None:
+    # What readers emit for UPDATE ... SET id = 2 WHERE id = 1, as Debezium does: each event
+    # carries the key of its own row, so a sink that upserts and deletes by key stays right.
     src = source()
-    assert ChangeEvent(Op.CREATE, src, 0, (1,), after={}).touched_keys() == ((1,),)
-    assert ChangeEvent(Op.UPDATE, src, 0, (1, "a"), after={}).touched_keys() == ((1, "a"),)
-    assert ChangeEvent(Op.DELETE, src, 0, (2,)).touched_keys() == ((2,),)
-    assert ChangeEvent(Op.READ, src, 0, (3,), after={}).touched_keys() == ((3,),)
-    assert ChangeEvent(Op.TRUNCATE, src, 0, None).touched_keys() == ()
-
-
-def test_touched_keys_of_an_in_place_key_change() -> None:
-    event = ChangeEvent(
-        Op.UPDATE, source(), 0, (2,), before={"id": 1}, after={"id": 2}, old_key=(1,)
+    delete = ChangeEvent(Op.DELETE, src, 0, (1,), before={"id": 1, "v": "x"})
+    create = ChangeEvent(
+        Op.CREATE, source(position=POS.read_row(0)), 0, (2,), after={"id": 2, "v": "x"}
     )
-    assert event.touched_keys() == ((1,), (2,))
+    assert (delete.key, delete.to_envelope()["before"]) == ((1,), {"id": 1, "v": "x"})
+    assert (create.key, create.to_envelope()["after"]) == ((2,), {"id": 2, "v": "x"})
+    assert delete.position < create.position
 
 
-def test_old_key_equal_to_key_touches_one_key() -> None:
-    event = ChangeEvent(Op.UPDATE, source(), 0, (1,), after={"id": 1}, old_key=(1,))
-    assert event.touched_keys() == ((1,),)
+def test_an_event_carries_no_old_key() -> None:
+    with pytest.raises(TypeError, match="old_key"):
+        ChangeEvent(  # type: ignore[call-arg]
+            Op.UPDATE, source(), 0, (2,), before={"id": 1}, after={"id": 2}, old_key=(1,)
+        )
+    event = ChangeEvent(Op.UPDATE, source(), 0, (2,), before={"id": 1}, after={"id": 2})
+    assert not hasattr(event, "old_key") and not hasattr(event, "touched_keys")
+
+
+def test_pos_is_the_token_of_a_position_of_any_arity() -> None:
+    for position in (Position(5), Position(5, 6), Position(5, 6).read_row(3)):
+        assert source(position=position).to_dict()["pos"] == position.token
 
 
 def test_events_are_frozen() -> None:

@@ -50,6 +50,22 @@ from signals.names import (
         ("öffentlich.größe", TableId("öffentlich", "größe")),
         ("公共.表", TableId("公共", "表")),
         ("схема.таблица", TableId("схема", "таблица")),
+        # Bare parts are any run of characters other than dots, quotes, whitespace and
+        # pattern characters, as MySQL and Debezium allow: a leading digit, a hyphen, ...
+        ("inventory.2024_orders", TableId("inventory", "2024_orders")),
+        ("1orders", TableId(None, "1orders")),
+        ("my-db.orders", TableId("my-db", "orders")),
+        ("order-items", TableId(None, "order-items")),
+        ("o'brien.t@x", TableId("o'brien", "t@x")),
+        ("public.orders;", TableId("public", "orders;")),
+        # ... and $ and ^ anywhere but at the very end and the very start of the text.
+        ("public.my$table", TableId("public", "my$table")),
+        ("$x.y", TableId("$x", "y")),
+        ("x$.y", TableId("x$", "y")),
+        ("a^b", TableId(None, "a^b")),
+        ("s.^x", TableId("s", "^x")),
+        ("s.x^", TableId("s", "x^")),
+        ("  my$table  ", TableId(None, "my$table")),
     ],
 )
 def test_exact_names(text, expected):
@@ -78,7 +94,21 @@ def test_quoted_parts_with_pattern_characters_are_names(text, expected):
 
 @pytest.mark.parametrize(
     "text",
-    [r"public\..*", r"inventory\.(orders|items)", r".*\.orders", r"s\.t[0-9]+", r"^public\.x$"],
+    [
+        r"public\..*",
+        r"inventory\.(orders|items)",
+        r".*\.orders",
+        r"s\.t[0-9]+",
+        r"^public\.x$",
+        # A leading ^ or a trailing $ is an anchor, so the text is a pattern.
+        "^public.orders",
+        "public.orders$",
+        "^orders$",
+        "public.my$table$",
+        "$",
+        "^",
+        "public.a|public.b",
+    ],
 )
 def test_patterns(text):
     selector = parse_table_selector(text)
@@ -98,6 +128,20 @@ def test_pattern_with_a_literal_quote_stays_a_pattern():
     selector = parse_table_selector('public\\."x.*')
     assert isinstance(selector, TablePattern)
     assert selector.matches(TableId("public", '"xyz'))
+
+
+def test_anchored_patterns_match_like_regexes():
+    start = parse_table_selector("^public.orders")
+    end = parse_table_selector("public.orders$")
+    assert isinstance(start, TablePattern)
+    assert isinstance(end, TablePattern)
+    for pattern in (start, end):
+        assert pattern.matches(TableId("public", "orders"))
+        assert not pattern.matches(TableId("public", "orders_old"))
+        assert not pattern.matches(TableId("xpublic", "orders"))
+    # Quoting a part with a trailing $ makes it a name again.
+    assert parse_table_selector('public."orders$"') == TableId("public", "orders$")
+    assert parse_table_selector('"^public".orders') == TableId("^public", "orders")
 
 
 def test_pattern_matches_any_table_of_a_schema():
@@ -163,16 +207,16 @@ def test_parse_table_name_refuses_a_pattern():
         ('"".orders', "empty quoted part"),
         ('public.""', "empty quoted part"),
         ("``", "empty quoted part"),
-        ("my-table", "neither"),
         ("public.my table", "neither"),
         ("my table", "neither"),
         ("public.", "neither"),
         (".orders", "neither"),
         ("public..orders", "neither"),
-        ("1orders", "neither"),
+        ("public. orders", "neither"),
+        ("public .orders", "neither"),
+        ('"a".b$', "neither"),
         ('"a"b', "neither"),
         ('"a" . "b"', "neither"),
-        ("public.orders;", "neither"),
         ("public.(orders", "regular expression"),
         ("[", "regular expression"),
         ("*orders", "regular expression"),
@@ -191,8 +235,8 @@ def test_table_name_error_is_a_value_error():
 
 def test_the_error_message_quotes_the_name():
     with pytest.raises(TableNameError) as info:
-        parse_table_selector("order-items")
-    assert "'order-items'" in str(info.value)
+        parse_table_selector("order items")
+    assert "'order items'" in str(info.value)
 
 
 # --- display -------------------------------------------------------------------------------
@@ -205,13 +249,29 @@ def test_the_error_message_quotes_the_name():
         ("_x9", "_x9"),
         ("größe", "größe"),
         ("Orders", "Orders"),
+        ("order-items", "order-items"),
+        ("9lives", "9lives"),
+        ("2024_orders", "2024_orders"),
+        ("a$b", "a$b"),
+        ("$a", "$a"),
+        ("a^b", "a^b"),
+        ("a^", "a^"),
+        ("o'brien", "o'brien"),
+        # Dots, whitespace, quotes, pattern characters, a leading ^ and a trailing $ (anchors
+        # at the ends of the text) are quoted, and so is the empty part.
         ("My.Table", '"My.Table"'),
-        ("order-items", '"order-items"'),
         ("a b", '"a b"'),
-        ("9lives", '"9lives"'),
-        ("a$b", '"a$b"'),
+        ("a\tb", '"a\tb"'),
+        ("a\u3000b", '"a\u3000b"'),
         ('a"b', '"a""b"'),
         ("a`b", '"a`b"'),
+        ("a*b", '"a*b"'),
+        ("a(b", '"a(b"'),
+        ("a\\b", '"a\\b"'),
+        ("^a", '"^a"'),
+        ("a$", '"a$"'),
+        ("$", '"$"'),
+        ("^", '"^"'),
         ("", '""'),
     ],
 )
@@ -228,6 +288,11 @@ def test_quote_part(part, shown):
         (TableId("my schema", "orders"), '"my schema".orders'),
         (TableId(None, 'a"b'), '"a""b"'),
         (TableId("s", "*"), 's."*"'),
+        (TableId("my-db", "2024_orders"), "my-db.2024_orders"),
+        (TableId("public", "my$table"), "public.my$table"),
+        (TableId("s", "x$"), 's."x$"'),
+        (TableId("^s", "t"), '"^s".t'),
+        (TableId("s^", "$t"), "s^.$t"),
     ],
 )
 def test_str_quotes_only_when_needed_and_round_trips(table, shown):
@@ -257,7 +322,7 @@ def test_table_ids_are_hashable_and_ordered():
 _parts = st.one_of(
     st.text(min_size=1),
     st.from_regex(r"[^\W\d]\w*", fullmatch=True),
-    st.text(st.sampled_from('ab_."`$*()|\\ -é9'), min_size=1),
+    st.text(st.sampled_from("ab_.\"`$^*()|\\ \t\u3000-é9'"), min_size=1),
 )
 
 
@@ -288,3 +353,40 @@ def test_escaped_pattern_matches_exactly_its_table(schema, table):
     assert pattern.matches(TableId(schema, table))
     assert not pattern.matches(TableId(schema, table + "x"))
     assert not pattern.matches(TableId("x" + schema, table))
+
+
+# Characters a bare part may hold: anything but dots, quotes, whitespace and the pattern
+# characters (^ and $ included here; their position rules are checked below).
+_bare_chars = st.characters(
+    blacklist_characters='."`*+?[](){}|\\', blacklist_categories=("Cs",)
+).filter(lambda ch: not ch.isspace())
+_bare_parts = st.text(_bare_chars, min_size=1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(parts=st.lists(_bare_parts, min_size=1, max_size=2))
+def test_bare_parts_parse_as_exact_names(parts):
+    text = ".".join(parts)
+    expected = TableId(None, parts[0]) if len(parts) == 1 else TableId(parts[0], parts[1])
+    selector = parse_table_selector(text)
+    if text.startswith("^") or text.endswith("$"):
+        # An anchor makes the text a pattern (or an error, if it is not a valid regex).
+        assert isinstance(selector, TablePattern)
+    else:
+        assert selector == expected
+    # Either way, the quoted spelling names the table exactly.
+    assert parse_table_selector(str(expected)) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(part=_bare_parts)
+def test_quote_part_leaves_bare_only_what_reads_back_bare(part):
+    shown = quote_part(part)
+    if part.startswith("^") or part.endswith("$"):
+        assert shown.startswith('"')
+    else:
+        assert shown == part
+        # Bare in either position, and as the whole text.
+        assert parse_table_selector(f"s.{shown}") == TableId("s", part)
+        assert parse_table_selector(f"{shown}.t") == TableId(part, "t")
+        assert parse_table_selector(shown) == TableId(None, part)

@@ -24,6 +24,8 @@ from snapshotter.core.state import (
 )
 
 ORDERS = TableId("public", "orders")
+STREAM_AT = Position(5, 6, 7)
+RESUME = {"file": "mysql-bin.000042", "pos": 4, "gtid_set": "3e11fa47-71ca:1-5", "xs": [1, None]}
 ITEMS = TableId("shop", "items")
 TZ = timezone(timedelta(hours=-3, minutes=-30))
 
@@ -41,7 +43,7 @@ def running(max_key: tuple[Any, ...] = (100,)) -> TableProgress:
 
 
 def sample_state() -> EngineState:
-    state = EngineState(stream=StreamState(position=Position(5, 6, 7).token))
+    state = EngineState(stream=StreamState(position=STREAM_AT.token, resume=RESUME))
     a = progress(ORDERS, ("region", "amount", "blob", "at"), signal_id="sig-a")
     a.filter = "amount > 10"
     a.start(("eu-west", Decimal("1200.50"), b"\x00\xff", datetime(2024, 5, 1, 12, tzinfo=TZ)))
@@ -57,14 +59,13 @@ def sample_state() -> EngineState:
         chunk_size=10,
     )
     state.snapshots.append(a)
-    b = progress(ITEMS, ("id",), signal_id="sig-b")
-    b.pause()
+    b = progress(ITEMS, ("id",), signal_id="sig-b")  # queued behind a
     state.snapshots.append(b)
     c = progress(TableId("public", 'Weird.Name "x"'), ("id",), signal_id="sig-c")
     c.fail("boom: the source went away")
     state.snapshots.append(c)
-    state.mark_processed("sig-a")
-    state.mark_processed("sig-b")
+    state.mark_processed("sig-a", Position(5, 1))
+    state.mark_processed("sig-b", Position(5, 2))
     return state
 
 
@@ -77,13 +78,18 @@ def test_json_round_trip_keeps_everything() -> None:
     assert back == state
     a, b, c = back.snapshots
     assert a.status is SnapshotStatus.RUNNING
-    assert b.status is SnapshotStatus.PAUSED
+    assert b.status is SnapshotStatus.PENDING
     assert c.status is SnapshotStatus.FAILED and c.error == "boom: the source went away"
     assert c.table == TableId("public", 'Weird.Name "x"')
     assert a.filter == "amount > 10"
     assert (a.chunk_id, a.rows_emitted) == (1, 8)
-    assert back.stream.position == Position(5, 6, 7).token
-    assert back.processed_signals == ["sig-a", "sig-b"]
+    assert back.stream.position == STREAM_AT.token
+    assert back.stream.resume == RESUME
+    assert back.paused is False
+    assert back.processed_signals == {
+        "sig-a": Position(5, 1).token,
+        "sig-b": Position(5, 2).token,
+    }
 
 
 def test_json_round_trip_keeps_key_types() -> None:
@@ -117,7 +123,12 @@ def test_json_is_readable() -> None:
     ]
     assert a["last_read_key"][1] == {"type": "decimal", "value": "12.30"}
     assert raw["snapshots"][1]["max_key"] is None
-    assert raw["stream"] == {"position": Position(5, 6, 7).token}
+    assert raw["stream"] == {"position": STREAM_AT.token, "resume": RESUME}
+    assert raw["paused"] is False
+    assert raw["processed_signals"] == {
+        "sig-a": "0000000000000005-0000000000000001",
+        "sig-b": "0000000000000005-0000000000000002",
+    }
 
 
 def test_non_ascii_is_written_as_is() -> None:
@@ -133,9 +144,10 @@ def test_empty_state_round_trips() -> None:
     assert EngineState.from_json(state.to_json()) == state
     assert json.loads(state.to_json()) == {
         "version": 1,
-        "stream": {"position": None},
+        "stream": {"position": None, "resume": {}},
+        "paused": False,
         "snapshots": [],
-        "processed_signals": [],
+        "processed_signals": {},
     }
 
 
@@ -191,7 +203,21 @@ def _with_first_snapshot(**changes: Any) -> str:
         '{"version": 1, "unknown": true}',
         '{"version": 1, "snapshots": {}}',
         '{"version": 1, "processed_signals": [1]}',
+        '{"version": 1, "processed_signals": ["sig-a"]}',  # the old list of ids
+        '{"version": 1, "processed_signals": {"s": null}}',
+        '{"version": 1, "processed_signals": {"s": 5}}',
+        '{"version": 1, "processed_signals": {"s": "nope"}}',
+        '{"version": 1, "processed_signals": {"s": "0000000000000001-0000000000000002-00000003"}}',
+        '{"version": 1, "processed_signals": {"s": "000000000000000A"}}',
         '{"version": 1, "stream": {"position": 5}}',
+        '{"version": 1, "stream": {"position": ""}}',
+        '{"version": 1, "stream": {"position": "0000000000000005-0000000000000006-00000007"}}',
+        '{"version": 1, "stream": {"position": "5-6"}}',
+        '{"version": 1, "stream": {"resume": []}}',
+        '{"version": 1, "stream": {"resume": "lsn"}}',
+        '{"version": 1, "stream": {"extra": 1}}',
+        '{"version": 1, "paused": null}',
+        '{"version": 1, "paused": "maybe"}',
         _with_first_snapshot(status="sleeping"),
         _with_first_snapshot(table="orders"),  # not schema-qualified
         _with_first_snapshot(table="public.ord.ers"),
@@ -468,19 +494,302 @@ def test_progress_returns_the_newest_record_of_a_table() -> None:
     assert state.progress(TableId(None, "orders")) is None
 
 
-def test_mark_processed_is_idempotent_and_survives_json() -> None:
+# --- processed signals ---------------------------------------------------------------------
+
+
+def test_a_replayed_signal_is_processed_and_a_reused_id_is_not() -> None:
     state = EngineState()
-    assert not state.was_processed("s1")
-    state.mark_processed("s1")
-    state.mark_processed("s1")
-    state.mark_processed("s2")
-    state.mark_processed("s1")
-    assert state.processed_signals == ["s1", "s2"]
+    at = Position(100, 3)
+    assert not state.was_processed("ad-hoc-1", at)
+    state.mark_processed("ad-hoc-1", at)
+    assert state.processed_signals == {"ad-hoc-1": at.token}
+    # A restart replays the log from before the signal: the same row comes back at `at`.
+    assert state.was_processed("ad-hoc-1", at)
+    assert state.was_processed("ad-hoc-1", Position(90, 0))
+    assert not state.was_processed("ad-hoc-2", at)
+    # Debezium's docs reuse ids: the same id inserted again later is a new signal.
+    later = Position(250, 0)
+    assert not state.was_processed("ad-hoc-1", later)
+    assert not state.was_processed("ad-hoc-1", Position(100, 4))
+    state.mark_processed("ad-hoc-1", later)
+    assert state.processed_signals == {"ad-hoc-1": later.token}
+    assert state.was_processed("ad-hoc-1", later)
+    assert state.was_processed("ad-hoc-1", at)  # a replay from further back
+
+
+def test_was_processed_compares_positions_of_different_arity() -> None:
+    state = EngineState()
+    state.mark_processed("s", Position(7, 1))
+    assert state.was_processed("s", Position(7))
+    assert state.was_processed("s", Position(7, 0, 9))
+    assert not state.was_processed("s", Position(7, 1, 0))  # sorts after (7, 1)
+    assert not state.was_processed("s", Position(8))
+
+
+def test_prune_drops_only_signals_before_the_replay_point() -> None:
+    state = EngineState()
+    state.mark_processed("old", Position(1, 9))
+    state.mark_processed("at", Position(2, 0))
+    state.mark_processed("new", Position(3, 0))
+    state.mark_processed("prefix", Position(2))
+    state.prune_processed(Position(2, 0))
+    assert state.processed_signals == {"at": Position(2, 0).token, "new": Position(3, 0).token}
+    state.prune_processed(Position(0))
+    assert set(state.processed_signals) == {"at", "new"}
+    state.prune_processed(Position(9))
+    assert state.processed_signals == {}
+
+
+def test_processed_signals_survive_json() -> None:
+    state = EngineState()
+    state.mark_processed("s1", Position(4, 2))
+    state.mark_processed("s2", Position(4, 2).read_row(0))
     back = EngineState.from_json(state.to_json())
-    assert back.was_processed("s1") and back.was_processed("s2")
-    assert not back.was_processed("s3")
-    back.mark_processed("s2")
-    assert back.processed_signals == ["s1", "s2"]
+    assert back.processed_signals == state.processed_signals
+    assert back.was_processed("s1", Position(4, 2)) and back.was_processed("s2", Position(4, 2))
+    assert not back.was_processed("s1", Position(4, 3))
+    assert not back.was_processed("s3", Position(0))
+
+
+signal_ids = st.sampled_from(["a", "b", "ad-hoc-1"])
+small_positions = st.lists(st.integers(0, 3), min_size=1, max_size=3).map(tuple)
+signal_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("mark"), signal_ids, small_positions),
+        st.tuples(st.just("check"), signal_ids, small_positions),
+        st.tuples(st.just("prune"), st.just(""), small_positions),
+        st.tuples(st.just("reload"), st.just(""), st.just((0,))),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=signal_ops)
+def test_processed_signals_follow_a_simple_model(
+    ops: list[tuple[str, str, tuple[int, ...]]],
+) -> None:
+    state = EngineState()
+    model: dict[str, tuple[int, ...]] = {}  # id -> where it was last processed
+    for op, sid, parts in ops:
+        at = Position(*parts)
+        match op:
+            case "mark":
+                state.mark_processed(sid, at)
+                model[sid] = parts
+            case "check":
+                assert state.was_processed(sid, at) == (sid in model and parts <= model[sid])
+            case "prune":
+                state.prune_processed(at)
+                model = {k: v for k, v in model.items() if v >= parts}
+            case "reload":
+                state = EngineState.from_json(state.to_json())
+        assert state.processed_signals == {k: Position(*v).token for k, v in model.items()}
+
+
+# --- engine-wide pause ---------------------------------------------------------------------
+
+
+def engine_with_every_status() -> tuple[EngineState, dict[str, TableProgress]]:
+    snaps = {
+        "done": _in_status(S.DONE),
+        "stopped": _in_status(S.STOPPED),
+        "failed": _in_status(S.FAILED),
+        "running": progress(ITEMS, signal_id="running"),
+        "pending": progress(ITEMS, signal_id="pending"),
+    }
+    snaps["running"].start((9,))
+    state = EngineState()
+    for p in snaps.values():
+        state.add(p)
+    return state, snaps
+
+
+def test_add_appends_a_pending_snapshot() -> None:
+    state = EngineState()
+    a, b = progress(signal_id="a"), progress(ITEMS, signal_id="b")
+    state.add(a)
+    state.add(b)
+    assert state.snapshots == [a, b]
+    assert a.status is b.status is SnapshotStatus.PENDING
+    assert state.active() is a
+
+
+def test_pause_pauses_every_unfinished_snapshot_and_resume_restores_them() -> None:
+    state, snaps = engine_with_every_status()
+    assert state.active() is snaps["running"]
+    state.pause()
+    assert state.paused
+    assert {k: p.status for k, p in snaps.items()} == {
+        "done": S.DONE,
+        "stopped": S.STOPPED,
+        "failed": S.FAILED,
+        "running": S.PAUSED,
+        "pending": S.PAUSED,
+    }
+    assert state.active() is None
+    state.resume()
+    assert not state.paused
+    assert snaps["running"].status is S.RUNNING  # it had a maximum key
+    assert snaps["pending"].status is S.PENDING  # it had not started
+    assert (snaps["done"].status, snaps["stopped"].status, snaps["failed"].status) == (
+        S.DONE,
+        S.STOPPED,
+        S.FAILED,
+    )
+    assert state.active() is snaps["running"]
+
+
+def test_a_snapshot_added_while_paused_waits_for_resume() -> None:
+    state = EngineState()
+    state.pause()
+    assert state.paused and state.snapshots == []
+    p = progress()
+    state.add(p)
+    assert state.snapshots == [p]
+    assert p.status is S.PAUSED
+    assert state.active() is None
+    state.resume()
+    assert p.status is S.PENDING
+    assert state.active() is p
+
+
+def test_active_is_none_while_paused() -> None:
+    state, _ = engine_with_every_status()
+    state.pause()
+    assert state.active() is None
+    # Even a snapshot that slipped in as pending (not through add) is not read while paused.
+    state.snapshots.append(progress(signal_id="sneaky"))
+    assert state.active() is None
+
+
+def test_pause_twice_and_resume_when_not_paused_raise() -> None:
+    state, _ = engine_with_every_status()
+    with pytest.raises(StateError, match="not paused"):
+        state.resume()
+    assert not state.paused
+    state.pause()
+    before = state.model_copy(deep=True)
+    with pytest.raises(StateError, match="already paused"):
+        state.pause()
+    assert state == before
+    state.resume()
+    with pytest.raises(StateError, match="not paused"):
+        state.resume()
+
+
+def test_a_chunk_in_flight_may_finish_while_paused() -> None:
+    state = EngineState()
+    p = running((100,))
+    state.add(p)
+    state.pause()
+    p.chunk_done(last_key=(100,), selected=10, emitted=10, chunk_size=10)
+    assert p.status is S.DONE
+    state.resume()
+    assert p.status is S.DONE and state.active() is None
+
+
+def test_pause_survives_json() -> None:
+    state, _ = engine_with_every_status()
+    state.pause()
+    text = state.to_json()
+    assert json.loads(text)["paused"] is True
+    back = EngineState.from_json(text)
+    assert back == state and back.paused and back.active() is None
+    back.resume()
+    assert back.active() is back.snapshots[3]
+    assert back.snapshots[3].status is S.RUNNING
+
+
+engine_ops = st.lists(
+    st.sampled_from(["add", "pause", "resume", "start", "chunk", "stop", "reload"]), max_size=25
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=engine_ops)
+def test_pause_is_engine_wide_whatever_happens(ops: list[str]) -> None:
+    state = EngineState()
+    for n, op in enumerate(ops):
+        active = state.active()
+        match op:
+            case "add":
+                state.add(progress(signal_id=f"s{n}"))
+            case "pause" | "resume":
+                if state.paused == (op == "pause"):
+                    with pytest.raises(StateError):
+                        getattr(state, op)()
+                else:
+                    getattr(state, op)()
+            case "start" if active is not None and active.status is S.PENDING:
+                active.start((n,))
+            case "chunk":  # the running one, or one paused with a window in flight
+                target = next(
+                    (p for p in state.snapshots if p.status in (S.RUNNING, S.PAUSED) and p.max_key),
+                    None,
+                )
+                if target is not None:
+                    target.chunk_done(last_key=(n,), selected=5, emitted=5, chunk_size=5)
+            case "stop" if active is not None:
+                active.stop()
+            case "reload":
+                state = EngineState.from_json(state.to_json())
+        statuses = [p.status for p in state.snapshots]
+        if state.paused:
+            assert state.active() is None
+            assert S.PENDING not in statuses and S.RUNNING not in statuses
+        else:
+            assert S.PAUSED not in statuses
+            for p in state.snapshots:
+                if p.status is S.RUNNING:
+                    assert p.max_key is not None
+                if p.status is S.PENDING:
+                    assert p.max_key is None
+
+
+# --- stream state --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("position", [Position(1), Position(0x16B3748, 2), Position(3, 4, 5, 6)])
+def test_stream_position_is_a_token_of_any_arity(position: Position) -> None:
+    stream = StreamState(position=position.token)
+    back = EngineState.from_json(EngineState(stream=stream).to_json()).stream
+    assert back.position == position.token
+    assert Position.from_token(back.position) == position
+
+
+@pytest.mark.parametrize(
+    "bad", ["", "nope", "0000000000000005-0000000000000006-00000007", "000000000000000A", 5]
+)
+def test_stream_position_is_validated(bad: Any) -> None:
+    with pytest.raises(ValueError):
+        StreamState(position=bad)
+    stream = StreamState()
+    with pytest.raises(ValueError):
+        stream.position = bad
+    assert stream.position is None
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=75, deadline=None)
+@given(resume=st.dictionaries(st.text(max_size=10), json_values, max_size=5))
+def test_stream_resume_round_trips_as_is(resume: dict[str, Any]) -> None:
+    state = EngineState(stream=StreamState(position=Position(1, 2).token, resume=resume))
+    text = state.to_json()
+    assert json.loads(text)["stream"]["resume"] == resume
+    back = EngineState.from_json(text)
+    assert back.stream.resume == resume
+    assert back == state
 
 
 def test_table_given_as_string_is_parsed() -> None:
@@ -506,3 +815,16 @@ def test_a_finished_snapshot_cannot_fail(finish: str) -> None:
         p.fail("boom")
     with pytest.raises(StateError, match="cannot fail"):
         p.fail("again")
+
+
+def test_a_state_that_contradicts_itself_is_refused() -> None:
+    paused_table = json.loads(sample_state().to_json())
+    paused_table["snapshots"][0]["status"] = "paused"
+    with pytest.raises(StateError, match="paused but the engine is not"):
+        EngineState.from_json(json.dumps(paused_table))
+    paused_engine = json.loads(sample_state().to_json())
+    paused_engine["paused"] = True
+    with pytest.raises(StateError, match="pending or running"):
+        EngineState.from_json(json.dumps(paused_engine))
+    with pytest.raises(StateError):
+        EngineState.from_json(json.dumps({"version": 1, "paused": "yes"}))

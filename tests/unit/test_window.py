@@ -26,7 +26,9 @@ TABLE = TableId("public", "items")
 OTHER = TableId("public", "other")
 SIGNALS = TableId("public", "debezium_signal")
 OPEN_AT = Position(10, 0)
-CLOSE_AT = Position(20, 5, 0)
+CLOSE_AT = Position(20, 5)
+ID = ("id",)
+K1K2 = ("k1", "k2")
 
 _seq = iter(range(11, 10**9))
 
@@ -42,18 +44,26 @@ def src(table: TableId = TABLE, position: Position | None = None) -> Source:
     )
 
 
-def create(key: tuple[Any, ...], table: TableId = TABLE) -> ChangeEvent:
-    return ChangeEvent(Op.CREATE, src(table), 0, key, after={"k": key})
+def as_row(key: tuple[Any, ...], cols: tuple[str, ...] = ID) -> dict[str, Any]:
+    """A log row holding ``key`` in the key columns ``cols``, plus a non-key column."""
+    return {**dict(zip(cols, key, strict=True)), "v": "log"}
 
 
-def update(key: tuple[Any, ...], old_key: tuple[Any, ...] | None = None) -> ChangeEvent:
-    return ChangeEvent(
-        Op.UPDATE, src(), 0, key, before={"k": old_key or key}, after={"k": key}, old_key=old_key
-    )
+def create(key: tuple[Any, ...], table: TableId = TABLE, cols: tuple[str, ...] = ID) -> ChangeEvent:
+    return ChangeEvent(Op.CREATE, src(table), 0, key, after=as_row(key, cols))
 
 
-def delete(key: tuple[Any, ...]) -> ChangeEvent:
-    return ChangeEvent(Op.DELETE, src(), 0, key, before={"k": key})
+def update(
+    key: tuple[Any, ...], cols: tuple[str, ...] = ID, *, old: tuple[Any, ...] | None = None
+) -> ChangeEvent:
+    """An update of the row at ``key``; ``old`` is the before row's key if the key changed in
+    place (one binlog row image pair; readers split it, but the window must not rely on it)."""
+    before = as_row(key if old is None else old, cols)
+    return ChangeEvent(Op.UPDATE, src(), 0, key, before=before, after=as_row(key, cols))
+
+
+def delete(key: tuple[Any, ...], cols: tuple[str, ...] = ID) -> ChangeEvent:
+    return ChangeEvent(Op.DELETE, src(), 0, key, before=as_row(key, cols))
 
 
 def truncate() -> ChangeEvent:
@@ -145,10 +155,10 @@ def test_events_seen_before_the_fill_still_drop_their_keys() -> None:
     assert batch.dropped == 3
 
 
-def test_in_place_key_change_drops_old_and_new_key() -> None:
+def test_an_update_whose_rows_have_different_keys_drops_both() -> None:
     w = open_window()
     w.fill(chunk([1, 2, 3, 4]))
-    w.observe(update((3,), old_key=(1,)))
+    w.observe(update((3,), old=(1,)))
     batch = w.close(CLOSE_AT)
     assert ids(batch) == [2, 4]
 
@@ -237,6 +247,193 @@ def test_multi_chunk_arrow_table_keeps_its_order() -> None:
     assert batch.last_key == (9,)
 
 
+# --- keys come from the event's rows, by the window's key columns ---------------------------
+
+
+def test_keys_are_read_from_the_rows_not_from_the_event_key() -> None:
+    w = open_window()
+    w.fill(chunk([1, 2, 3]))
+    # event.key says 99, the row says 2: the row decides.
+    w.observe(ChangeEvent(Op.UPDATE, src(), 0, (99,), after={"id": 2, "v": "x"}))
+    assert ids(w.close(CLOSE_AT)) == [1, 3]
+
+
+def test_an_update_with_only_an_after_row_drops_its_key() -> None:
+    # PostgreSQL with the default replica identity sends no old row for an update.
+    w = open_window()
+    w.fill(chunk([1, 2, 3]))
+    w.observe(ChangeEvent(Op.UPDATE, src(), 0, (2,), after={"id": 2, "v": "x"}))
+    assert ids(w.close(CLOSE_AT)) == [1, 3]
+
+
+def test_a_delete_whose_before_row_holds_only_the_key_drops_it() -> None:
+    w = open_window()
+    w.fill(chunk([1, 2, 3]))
+    w.observe(ChangeEvent(Op.DELETE, src(), 0, (3,), before={"id": 3}))
+    assert ids(w.close(CLOSE_AT)) == [1, 2]
+
+
+def test_an_update_with_equal_before_and_after_keys_drops_one_key() -> None:
+    w = open_window()
+    w.fill(chunk([1, 2, 3]))
+    w.observe(update((2,), old=(2,)))
+    batch = w.close(CLOSE_AT)
+    assert ids(batch) == [1, 3] and batch.dropped == 1
+
+
+def test_a_key_change_into_and_out_of_the_chunk_range_drops_what_is_in_it() -> None:
+    w = open_window()
+    w.fill(chunk([10, 20, 30]))
+    w.observe(update((99,), old=(20,)))  # a chunk row moves away
+    w.observe(update((30,), old=(-5,)))  # a row moves onto a chunk key
+    assert ids(w.close(CLOSE_AT)) == [10]
+
+
+def test_a_composite_key_change_drops_both_keys() -> None:
+    rows = pa.table({"k1": [1, 1, 2], "k2": ["a", "b", "a"], "v": [0, 1, 2]})
+    w = open_window(K1K2)
+    w.fill(rows)
+    w.observe(update((2, "a"), K1K2, old=(1, "a")))
+    assert w.close(CLOSE_AT).rows.column("v").to_pylist() == [1]
+
+
+def surrogate_chunk(codes: list[str]) -> pa.Table:
+    return pa.table({"code": codes, "id": list(range(100, 100 + len(codes)))})
+
+
+def test_a_surrogate_key_window_drops_by_the_surrogate_column() -> None:
+    # The table's primary key is id; the snapshot is chunked by the unique column code.
+    w = open_window(("code",))
+    w.fill(surrogate_chunk(["a", "b", "c", "d"]))
+    w.observe(ChangeEvent(Op.UPDATE, src(), 0, (101,), after={"id": 101, "code": "b"}))
+    w.observe(ChangeEvent(Op.DELETE, src(), 0, (103,), before={"id": 103, "code": "d"}))
+    w.observe(ChangeEvent(Op.CREATE, src(), 0, (100,), after={"id": 100, "code": "zz"}))
+    batch = w.close(CLOSE_AT)
+    assert batch.rows.column("code").to_pylist() == ["a", "c"]
+    assert batch.last_key == ("d",)
+
+
+def test_a_surrogate_key_change_with_the_same_primary_key_drops_both_values() -> None:
+    w = open_window(("code",))
+    w.fill(surrogate_chunk(["a", "b", "c"]))
+    w.observe(
+        ChangeEvent(
+            Op.UPDATE,
+            src(),
+            0,
+            (100,),
+            before={"id": 100, "code": "a"},
+            after={"id": 100, "code": "c"},
+        )
+    )
+    assert w.close(CLOSE_AT).rows.column("code").to_pylist() == ["b"]
+
+
+def test_a_surrogate_key_equal_to_another_rows_primary_key_is_not_confused() -> None:
+    w = open_window(("code",))
+    w.fill(pa.table({"code": [1, 2, 3], "id": [3, 2, 1]}))
+    w.observe(ChangeEvent(Op.UPDATE, src(), 0, (3,), after={"id": 3, "code": 1}))
+    assert w.close(CLOSE_AT).rows.column("code").to_pylist() == [2, 3]
+
+
+MISSING_COLUMN = [
+    # window key columns, event, the side that lacks a column, the column
+    (
+        ("code",),
+        ChangeEvent(Op.DELETE, src(), 0, (1,), before={"id": 1}),  # PK-only old row
+        "before",
+        "code",
+    ),
+    (("code",), ChangeEvent(Op.CREATE, src(), 0, (1,), after={"id": 1}), "after", "code"),
+    (
+        ("code",),
+        ChangeEvent(Op.UPDATE, src(), 0, (1,), before={"id": 1}, after={"id": 1, "code": "a"}),
+        "before",
+        "code",
+    ),
+    (
+        ("code",),
+        ChangeEvent(Op.UPDATE, src(), 0, (1,), before={"id": 1, "code": "a"}, after={"id": 1}),
+        "after",
+        "code",
+    ),
+    (K1K2, ChangeEvent(Op.UPDATE, src(), 0, (1,), after={"k1": 1, "v": 0}), "after", "k2"),
+    (ID, ChangeEvent(Op.CREATE, src(), 0, (1,), after={"ID": 1}), "after", "id"),
+]
+
+
+@pytest.mark.parametrize(
+    ("key_columns", "event", "side", "column"),
+    MISSING_COLUMN,
+    ids=["delete-pk-only", "create", "update-before", "update-after", "composite", "case"],
+)
+def test_a_row_lacking_a_key_column_raises(
+    key_columns: tuple[str, ...], event: ChangeEvent, side: str, column: str
+) -> None:
+    w = open_window(key_columns)
+    w.fill(pa.table({c: pa.array([], type=pa.int64()) for c in key_columns}))
+    with pytest.raises(WindowKeyError) as info:
+        w.observe(event)
+    message = str(info.value)
+    assert str(TABLE) in message
+    assert f"{side} row" in message
+    assert repr(column) in message
+    assert "REPLICA IDENTITY FULL" in message
+
+
+NULL_KEY = [
+    (ID, ChangeEvent(Op.CREATE, src(), 0, (1,), after={"id": None}), "after", "id"),
+    (ID, ChangeEvent(Op.DELETE, src(), 0, (1,), before={"id": None}), "before", "id"),
+    (
+        ("code",),
+        # Some decoders fill the columns missing from a PK-only old row with NULLs.
+        ChangeEvent(Op.DELETE, src(), 0, (1,), before={"id": 1, "code": None}),
+        "before",
+        "code",
+    ),
+    (
+        K1K2,
+        ChangeEvent(
+            Op.UPDATE, src(), 0, (1,), before={"k1": 1, "k2": 2}, after={"k1": 1, "k2": None}
+        ),
+        "after",
+        "k2",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("key_columns", "event", "side", "column"),
+    NULL_KEY,
+    ids=["after", "before", "surrogate", "composite"],
+)
+def test_a_null_key_value_raises(
+    key_columns: tuple[str, ...], event: ChangeEvent, side: str, column: str
+) -> None:
+    w = open_window(key_columns)
+    with pytest.raises(WindowKeyError) as info:
+        w.observe(event)
+    message = str(info.value)
+    assert str(TABLE) in message
+    assert f"{side} row" in message
+    assert "NULL" in message
+    assert column in message
+
+
+def test_an_event_with_no_row_raises() -> None:
+    w = open_window()
+    event = ChangeEvent(Op.DELETE, src(), 0, (1,))  # a delete that carries only its key
+    with pytest.raises(WindowKeyError, match="no row") as info:
+        w.observe(event)
+    assert str(TABLE) in str(info.value) and "'d'" in str(info.value)
+
+
+def test_a_bad_row_is_not_checked_before_the_window_opens() -> None:
+    w = window(("code",))
+    assert w.observe(ChangeEvent(Op.DELETE, src(), 0, (1,), before={"id": 1})) is False
+    assert w.observe(ChangeEvent(Op.DELETE, src(), 0, (1,))) is False
+
+
 # --- key shapes and types ------------------------------------------------------------------
 
 
@@ -250,9 +447,9 @@ def test_composite_text_and_int_keys() -> None:
     )
     w = open_window(("k1", "k2"))
     w.fill(rows)
-    w.observe(update((1, "b")))
-    w.observe(delete((2, "ä")))
-    w.observe(create((2, "b")))  # not in the chunk
+    w.observe(update((1, "b"), K1K2))
+    w.observe(delete((2, "ä"), K1K2))
+    w.observe(create((2, "b"), cols=K1K2))  # not in the chunk
     batch = w.close(CLOSE_AT)
     assert batch.rows.column("v").to_pylist() == [10, 11, 13]
     assert batch.last_key == (2, "ä")
@@ -263,7 +460,7 @@ def test_key_columns_in_a_different_order_than_the_table() -> None:
     rows = pa.table({"v": [1, 2, 3], "b": ["x", "x", "y"], "a": [1, 2, 1]})
     w = open_window(("a", "b"))
     w.fill(rows)
-    w.observe(update((2, "x")))
+    w.observe(update((2, "x"), ("a", "b")))
     batch = w.close(CLOSE_AT)
     assert batch.rows.column("v").to_pylist() == [1, 3]
     assert batch.last_key == (1, "y")
@@ -316,8 +513,8 @@ def test_typed_keys_are_matched(
     rows = pa.table({"k": pa.array(values, type=arrow_type), "v": [0, 1, 2]})
     w = open_window(("k",))
     w.fill(rows)
-    w.observe(update((log_value,)))
-    w.observe(update((absent,)))
+    w.observe(update((log_value,), ("k",)))
+    w.observe(update((absent,), ("k",)))
     batch = w.close(CLOSE_AT)
     assert batch.rows.column("v").to_pylist() == [0, 2]
     assert batch.rows.schema == rows.schema
@@ -342,9 +539,10 @@ def test_read_events() -> None:
         {"id": 3, "name": "row3"},
         {"id": 4, "name": "row4"},
     ]
+    assert [e.position for e in events] == [Position(20, 5, i) for i in range(3)]
     assert [e.position for e in events] == [CLOSE_AT.read_row(i) for i in range(3)]
     assert [batch.row_position(i) for i in range(3)] == [e.position for e in events]
-    next_event = Position(CLOSE_AT.major, CLOSE_AT.minor + 1, 0)
+    next_event = Position(20, 6)
     for e in events:
         assert e.op is Op.READ
         assert e.before is None
@@ -450,28 +648,6 @@ def test_chunk_without_the_key_columns_raises() -> None:
     assert not w.filled
 
 
-@pytest.mark.parametrize("key", [(1, 2), ("a", 1, 2)], ids=["too-long", "too-long-3"])
-def test_key_with_wrong_column_count_raises(key: tuple[Any, ...]) -> None:
-    w = open_window()
-    w.fill(chunk([1]))
-    with pytest.raises(WindowKeyError) as info:
-        w.observe(update(key))
-    message = str(info.value)
-    assert str(TABLE) in message and "id" in message
-
-
-def test_composite_key_with_too_few_columns_raises() -> None:
-    w = open_window(("k1", "k2"))
-    with pytest.raises(WindowKeyError, match="k1"):
-        w.observe(update((1,)))
-
-
-def test_in_place_key_change_with_wrong_old_key_width_raises() -> None:
-    w = open_window()
-    with pytest.raises(WindowKeyError):
-        w.observe(update((1,), old_key=(1, 2)))
-
-
 @pytest.mark.parametrize(
     ("arrow_type", "values", "bad"),
     [
@@ -488,12 +664,13 @@ def test_key_value_that_does_not_fit_the_arrow_type_raises(
 ) -> None:
     w = open_window(("code",))
     w.fill(pa.table({"code": pa.array(values, type=arrow_type)}))
-    w.observe(update((bad,)))
+    assert w.observe(update((bad,), ("code",))) is True  # types are only checked at close
     with pytest.raises(WindowKeyError) as info:
         w.close(CLOSE_AT)
     message = str(info.value)
     assert str(TABLE) in message
-    assert "code" in message
+    assert "'code'" in message
+    assert f"{type(bad).__name__} value" in message
 
 
 def test_window_key_error_is_a_value_error() -> None:
@@ -503,29 +680,58 @@ def test_window_key_error_is_a_value_error() -> None:
 # --- the window against a model ------------------------------------------------------------
 
 
+log_keys = st.integers(0, 60)
+log_items = st.one_of(
+    st.tuples(st.sampled_from(["c", "u", "d"]), log_keys),
+    st.tuples(st.just("k"), log_keys, log_keys),  # an update whose rows have different keys
+    st.just(("t",)),
+)
+
+
+def log_event(item: tuple[Any, ...]) -> ChangeEvent:
+    match item:
+        case ("c", k):
+            return create((k,))
+        case ("u", k):
+            return update((k,))
+        case ("d", k):
+            return delete((k,))
+        case ("k", old, new):
+            return update((new,), old=(old,))
+    return truncate()
+
+
+def keys_of(item: tuple[Any, ...]) -> set[int]:
+    return set(item[1:]) if item[0] != "t" else set()
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     chunk_ids=st.lists(st.integers(0, 60), unique=True, max_size=30).map(sorted),
-    before_open=st.lists(st.integers(0, 60), max_size=10),
-    in_window=st.lists(st.one_of(st.integers(0, 60), st.just("truncate")), max_size=20),
+    before_open=st.lists(log_items, max_size=10),
+    in_window=st.lists(log_items, max_size=20),
     fill_at=st.integers(0, 20),
 )
 def test_survivors_are_the_chunk_minus_keys_touched_in_the_window(
-    chunk_ids: list[int], before_open: list[int], in_window: list[int | str], fill_at: int
+    chunk_ids: list[int],
+    before_open: list[tuple[Any, ...]],
+    in_window: list[tuple[Any, ...]],
+    fill_at: int,
 ) -> None:
     w = window()
-    for k in before_open:
-        assert w.observe(update((k,))) is False
+    for item in before_open:
+        assert w.observe(log_event(item)) is False
     w.open(OPEN_AT)
     for i, item in enumerate(in_window):
         if i == fill_at:  # the chunk SELECT's rows arrive somewhere among the log events
             w.fill(chunk(chunk_ids))
-        assert w.observe(truncate() if item == "truncate" else update((item,))) is True
+        assert w.observe(log_event(item)) is True
     if not w.filled:
         w.fill(chunk(chunk_ids))
     batch = w.close(CLOSE_AT)
-    truncated = "truncate" in in_window
-    expected = [] if truncated else [k for k in chunk_ids if k not in in_window]
+    truncated = ("t",) in in_window
+    touched = set().union(*map(keys_of, in_window))
+    expected = [] if truncated else [k for k in chunk_ids if k not in touched]
     assert ids(batch) == expected
     assert batch.selected == len(chunk_ids)
     assert batch.dropped == len(chunk_ids) - len(expected)
@@ -536,7 +742,7 @@ def test_survivors_are_the_chunk_minus_keys_touched_in_the_window(
 def test_misfit_message_names_the_offending_value_type() -> None:
     w = open_window(("code",))
     w.fill(pa.table({"code": pa.array([1, 2], type=pa.int64())}))
-    w.observe(update((1,)))
-    w.observe(update(("seven",)))
+    w.observe(update((1,), ("code",)))
+    w.observe(update(("seven",), ("code",)))
     with pytest.raises(WindowKeyError, match="str value"):
         w.close(CLOSE_AT)

@@ -67,7 +67,7 @@ class Sim:
 
     def write(self, data: st.DataObject) -> None:
         keys = sorted(self.table)
-        kinds = ["insert"] + (["update", "delete", "rekey", "rekey_inplace"] if keys else [])
+        kinds = ["insert"] + (["update", "delete", "rekey"] if keys else [])
         kind = data.draw(st.sampled_from(kinds + ["truncate"] * (len(keys) > 3)))
         if kind == "truncate":
             self.table.clear()
@@ -93,15 +93,9 @@ class Sim:
             after = self.row(new_key)
             del self.table[key]
             self.table[new_key] = after
-            if kind == "rekey":  # as readers emit it: delete of the old key, create of the new
-                self.append(lambda s: ChangeEvent(Op.DELETE, s, 0, key, before=before))
-                self.append(lambda s: ChangeEvent(Op.CREATE, s, 0, new_key, after=after))
-            else:  # one update that carries both keys
-                self.append(
-                    lambda s: ChangeEvent(
-                        Op.UPDATE, s, 0, new_key, before=before, after=after, old_key=key
-                    )
-                )
+            # A key change, as readers emit it: delete of the old key, create of the new one.
+            self.append(lambda s: ChangeEvent(Op.DELETE, s, 0, key, before=before))
+            self.append(lambda s: ChangeEvent(Op.CREATE, s, 0, new_key, after=after))
 
     def fresh_key(self, data: st.DataObject) -> tuple[Any, ...]:
         # Small key space, so new keys land before, inside and after the chunk being read.
@@ -190,8 +184,6 @@ def replay(events: list[ChangeEvent]) -> dict[tuple[Any, ...], dict[str, Any]]:
         elif event.op is Op.DELETE:
             state.pop(event.key, None)
         else:
-            if event.old_key is not None:
-                state.pop(event.old_key, None)
             assert event.after is not None and event.key is not None
             state[event.key] = dict(event.after)
     return state
