@@ -1,0 +1,173 @@
+"""Which logged transactions a chunk SELECT could not see, and the rows they made stale.
+
+The DBLog argument assumes that a transaction committed before the open watermark (in log
+order) is visible to the chunk SELECT, which starts after the open watermark committed. In
+PostgreSQL that is not quite true: a commit is written to the WAL first and becomes visible
+(leaves the proc array) a moment later - much later under synchronous replication, which
+waits in between. The logical decoder sends a transaction once its commit record is flushed,
+so a transaction can sit in the log *before* our open watermark and still be invisible to the
+SELECT that follows it. The window ignores log events before its open watermark, so the stale
+value the SELECT read for such a transaction's keys would survive and be emitted after the
+transaction's own, fresher, event: the sink would end up with the older row.
+
+The fix: record the chunk transaction's snapshot (``pg_current_snapshot()``), keep a short
+history of the keys each recently committed transaction touched, and at the close watermark
+drop the chunk's rows for keys of every transaction positioned before the open watermark that
+the snapshot lists as in progress (or at/after its xmax). If the history lost a transaction
+that might matter (it is bounded), the chunk is re-read instead.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from signals.names import TableId
+from snapshotter.core.keys import Key
+from snapshotter.core.position import Position
+
+_XID_SPACE = 1 << 32
+_HALF = 1 << 31
+_FIRST_NORMAL_XID = 3  # 0 invalid, 1 bootstrap, 2 frozen: always visible
+
+
+class ReadVisibility(Protocol):
+    """What a chunk SELECT's snapshot saw, in terms of the log's transaction ids."""
+
+    def sees(self, xid: int) -> bool:
+        """Whether the SELECT saw the effects of (committed) transaction ``xid``."""
+        ...
+
+    def settled(self, xid: int) -> bool:
+        """Whether ``xid`` is older than every transaction this snapshot could miss, so any
+        later snapshot sees it too (history about it can be forgotten)."""
+        ...
+
+
+def widen_xid(xid: int, reference: int) -> int:
+    """The 64-bit transaction id nearest ``reference`` whose low 32 bits are ``xid``.
+
+    pgoutput's Begin carries 32-bit xids; ``pg_current_snapshot()`` gives 64-bit ones
+    (epoch << 32 | xid). A logged transaction is always within 2^31 of a current snapshot.
+    """
+    if not 0 <= xid < _XID_SPACE:
+        raise ValueError(f"xid {xid} is not a 32-bit transaction id")
+    candidate = (reference & ~(_XID_SPACE - 1)) | xid
+    if candidate > reference + _HALF:
+        candidate -= _XID_SPACE
+    elif candidate < reference - _HALF:
+        candidate += _XID_SPACE
+    return candidate
+
+
+@dataclass(frozen=True, slots=True)
+class PgSnapshot:
+    """``pg_current_snapshot()``: xids < xmin are visible, xids >= xmax are not, and those in
+    between are visible unless listed in ``xip`` (in progress when the snapshot was taken)."""
+
+    xmin: int
+    xmax: int
+    xip: frozenset[int] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.xmin <= self.xmax:
+            raise ValueError(f"snapshot needs 0 < xmin <= xmax, got {self.xmin}:{self.xmax}")
+        outside = [x for x in self.xip if not self.xmin <= x < self.xmax]
+        if outside:
+            raise ValueError(f"snapshot in-progress xids {sorted(outside)} outside xmin..xmax")
+
+    @classmethod
+    def parse(cls, text: str) -> PgSnapshot:
+        """Parse the text form ``xmin:xmax:xip1,xip2,...``."""
+        try:
+            xmin_text, xmax_text, xip_text = text.strip().split(":")
+            xip = frozenset(int(x) for x in xip_text.split(",") if x)
+            return cls(int(xmin_text), int(xmax_text), xip)
+        except ValueError as exc:
+            raise ValueError(f"{text!r} is not a pg_snapshot: {exc}") from None
+
+    def _full(self, xid: int) -> int:
+        return widen_xid(xid, self.xmax)
+
+    def sees(self, xid: int) -> bool:
+        if xid < _FIRST_NORMAL_XID:
+            return True
+        full = self._full(xid)
+        if full < self.xmin:
+            return True
+        return full < self.xmax and full not in self.xip
+
+    def settled(self, xid: int) -> bool:
+        return xid < _FIRST_NORMAL_XID or self._full(xid) < self.xmin
+
+
+@dataclass(slots=True)
+class _Transaction:
+    xid: int
+    position: Position  # its commit's position in the log
+    keys: dict[TableId, set[Key]]
+
+
+class RecentTransactions:
+    """The keys recently committed transactions touched, per table, bounded in size.
+
+    The engine records every captured change (``touch``) and each commit; at a close
+    watermark it asks for the keys a chunk's snapshot missed (``stale_keys``). When over
+    ``max_keys``, the oldest transactions are forgotten, but their xids are kept: if a later
+    snapshot might have missed one of them, ``stale_keys`` answers None (re-read the chunk).
+    """
+
+    def __init__(self, max_keys: int = 200_000) -> None:
+        if max_keys < 1:
+            raise ValueError("max_keys must be positive")
+        self.max_keys = max_keys
+        self._committed: deque[_Transaction] = deque()
+        self._open: dict[int, dict[TableId, set[Key]]] = {}
+        self._size = 0
+        self._forgotten: set[int] = set()
+
+    @property
+    def size(self) -> int:
+        """Keys held, committed transactions only."""
+        return self._size
+
+    def touch(self, xid: int, table: TableId, keys: Iterable[Key]) -> None:
+        self._open.setdefault(xid, {}).setdefault(table, set()).update(keys)
+
+    def commit(self, xid: int, position: Position) -> None:
+        keys = self._open.pop(xid, None)
+        if not keys:
+            return
+        if self._committed and position <= self._committed[-1].position:
+            raise ValueError(f"commit at {position} is not after {self._committed[-1].position}")
+        self._committed.append(_Transaction(xid, position, keys))
+        self._size += sum(len(k) for k in keys.values())
+        while self._size > self.max_keys and self._committed:
+            old = self._committed.popleft()
+            self._size -= sum(len(k) for k in old.keys.values())
+            self._forgotten.add(old.xid)
+
+    def stale_keys(
+        self, table: TableId, visibility: ReadVisibility, before: Position
+    ) -> set[Key] | None:
+        """Keys of ``table`` that transactions committed before ``before`` (the window's open
+        watermark) wrote but the chunk's snapshot did not see; None if a forgotten
+        transaction might be one of them (the chunk must be re-read)."""
+        if any(not visibility.sees(xid) for xid in self._forgotten):
+            return None
+        stale: set[Key] = set()
+        for txn in self._committed:
+            if txn.position >= before:
+                break
+            if not visibility.sees(txn.xid):
+                stale.update(txn.keys.get(table, ()))
+        return stale
+
+    def prune(self, visibility: ReadVisibility) -> None:
+        """Forget transactions every snapshot from now on sees (older than its xmin)."""
+        while self._committed and visibility.settled(self._committed[0].xid):
+            old = self._committed.popleft()
+            self._size -= sum(len(k) for k in old.keys.values())
+        self._forgotten = {x for x in self._forgotten if not visibility.settled(x)}

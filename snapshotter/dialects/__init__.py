@@ -1,0 +1,1 @@
+"""Database dialects: catalog, chunk SQL, watermarks and capture setup, one module each."""

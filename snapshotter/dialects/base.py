@@ -1,0 +1,118 @@
+"""The small interface between the generic engine and one database.
+
+The DBLog algorithm (``snapshotter.engine`` with ``snapshotter.core.window``) is written once.
+A dialect supplies what differs per database: the catalog, the SQL of the max-key and chunk
+queries, the watermark insert, and capture setup. Log reading is behind ``LogReader`` in
+``snapshotter.logs.base``. A capability the engine needs goes here, never an ``isinstance``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import pyarrow as pa
+
+from signals import Watermark
+from signals.names import TableId
+from snapshotter.core.keys import Key
+from snapshotter.core.visibility import ReadVisibility
+
+
+class TableError(Exception):
+    """A table that cannot be snapshotted as asked; the message says why and what to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnInfo:
+    name: str
+    type_name: str  # the SQL type as the database spells it (used in casts), e.g. "numeric(12,2)"
+    type_code: int  # PostgreSQL: the type OID (resolved through domains); MySQL: its type code
+    nullable: bool
+    arrow_type: pa.DataType
+
+
+@dataclass(frozen=True, slots=True)
+class TableSchema:
+    table: TableId
+    columns: tuple[ColumnInfo, ...]
+    primary_key: tuple[str, ...]  # in key order; empty when the table has none
+
+    def column(self, name: str) -> ColumnInfo:
+        for column in self.columns:
+            if column.name == name:
+                return column
+        raise KeyError(name)
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema(
+            [pa.field(c.name, c.arrow_type, nullable=c.nullable) for c in self.columns]
+        )
+
+    def signature(self) -> tuple[tuple[str, int], ...]:
+        """What a log reader can compare against the table's shape in the log."""
+        return tuple((c.name, c.type_code) for c in self.columns)
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRead:
+    """One chunk SELECT's result."""
+
+    rows: pa.Table  # in key order, columns and Arrow types as TableSchema.arrow_schema()
+    last_key: Key | None  # the last key the SELECT returned; None when it returned nothing
+    # What the SELECT's snapshot could not see (PostgreSQL: pg_current_snapshot()), so the
+    # engine can drop rows that transactions logged before the open watermark made stale.
+    visibility: ReadVisibility | None
+
+
+class Dialect(Protocol):
+    connector: str  # Debezium's connector name: "postgresql", "mysql"
+    database: str  # the database name (``source.db``)
+
+    def describe(self, table: TableId) -> TableSchema:
+        """Columns (in table order) and primary key; TableError if the table is missing."""
+        ...
+
+    def snapshot_key(self, schema: TableSchema, surrogate_key: str | None) -> tuple[str, ...]:
+        """The columns chunks are paged by: the primary key, or the signal's surrogate key
+        (which must exist, be NOT NULL and unique). TableError with the fix otherwise."""
+        ...
+
+    def list_tables(self) -> list[TableId]:
+        """Every base or partitioned (root) table the user can read, for pattern matching."""
+        ...
+
+    def max_key(
+        self, schema: TableSchema, key_columns: Sequence[str], condition: str | None
+    ) -> Key | None:
+        """The largest key under the filter, or None when no row matches."""
+        ...
+
+    def read_chunk(
+        self,
+        schema: TableSchema,
+        key_columns: Sequence[str],
+        after: Key | None,
+        upto: Key,
+        condition: str | None,
+        limit: int,
+    ) -> ChunkRead:
+        """Rows with ``after < key <= upto`` under the filter, in key order, at most ``limit``,
+        in one READ ONLY transaction that has ended when this returns."""
+        ...
+
+    def write_watermark(self, watermark: Watermark) -> None:
+        """Insert the watermark row into the signal table and commit."""
+        ...
+
+    def ensure_captured(self, tables: Sequence[TableId]) -> list[TableId]:
+        """Make the log carry these tables (PostgreSQL: ALTER PUBLICATION ... ADD TABLE);
+        returns those that were added. Committed when this returns."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,1 @@
+"""Log readers: the database's change log as positioned events (parsing apart from IO)."""

@@ -1,0 +1,85 @@
+"""What log readers hand the engine: changes with their transaction, commits, shape changes.
+
+A reader turns the database's log into a sequence of these items, in log order. Every
+``Change`` carries a fully positioned ``ChangeEvent``; positions strictly increase across the
+whole sequence (a primary-key change is two events: a delete, then a create).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from signals.names import TableId
+from snapshotter.core.events import ChangeEvent
+from snapshotter.core.position import Position
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    event: ChangeEvent
+    xid: int  # the transaction that made it (PostgreSQL: 32-bit xid; MySQL: 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """The end of a transaction. Everything up to ``position`` has been handed over; a
+    restart from ``resume`` replays nothing before it."""
+
+    xid: int
+    position: Position  # >= the position of every change of the transaction
+    resume: Mapping[str, Any]  # the reader's restart point after this transaction
+    ts_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TableShape:
+    """The log announced (or re-announced) a table's columns (pgoutput Relation message)."""
+
+    table: TableId
+    columns: tuple[tuple[str, int], ...]  # (name, type code) in table order
+    full_identity: bool  # whether updates/deletes carry the whole old row
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """The reader has seen the log up to here with no transaction open (e.g. a keepalive):
+    a restart from ``resume`` is safe, and ``log_offset`` can be compared with the log end."""
+
+    resume: Mapping[str, Any]
+    log_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """Something the user should know about, not an error of the stream (e.g. an unchanged
+    TOAST value the log did not carry)."""
+
+    table: TableId | None
+    message: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+LogItem = Change | Commit | TableShape | Progress | Notice
+
+
+class LogReader(Protocol):
+    def read(self, timeout: float) -> list[LogItem]:
+        """Items available now, waiting at most ``timeout`` seconds for the first."""
+        ...
+
+    def confirm(self, resume: Mapping[str, Any]) -> None:
+        """State has durably recorded everything up to ``resume``: the database may free the
+        log before it."""
+        ...
+
+    def log_end(self) -> int:
+        """The current end of the log (PostgreSQL: the WAL flush LSN), as a log offset."""
+        ...
+
+    def request_progress(self) -> None:
+        """Ask the server to report how far it has read, so a ``Progress`` item follows soon."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,1 @@
+"""Sinks: where events go. Each acknowledges durability, possibly after the write."""

@@ -1,0 +1,47 @@
+"""The sink interface: write events, ask for durability, learn later what is durable.
+
+Spark and Kafka acknowledge after the write, so the engine never assumes a write is durable:
+it asks for a checkpoint, keeps the state as of that checkpoint, and saves that state only
+when the sink acknowledges the checkpoint. On restart the sink is opened with what it said at
+its last acknowledged checkpoint (``resume``), so it can discard anything written after it
+(the JSONL file is cut back to that byte offset) - the log replays it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from snapshotter.core.events import ChangeEvent
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    checkpoint: int  # the id ``Sink.checkpoint`` returned
+    resume: Mapping[str, Any]  # what ``Sink.open`` needs to come back to this point (JSON-able)
+
+
+class Sink(Protocol):
+    def open(self, resume: Mapping[str, Any] | None) -> None:
+        """Start writing; with ``resume`` (from the last saved state), first drop anything
+        written after that acknowledged checkpoint."""
+        ...
+
+    def write(self, events: Sequence[ChangeEvent]) -> None:
+        """Queue events, in order. Not durable until a checkpoint covering them is acked."""
+        ...
+
+    def checkpoint(self) -> int:
+        """Ask for everything written so far to be made durable; returns a checkpoint id
+        (increasing)."""
+        ...
+
+    def acknowledged(self) -> list[Ack]:
+        """Checkpoints that became durable since the last call, oldest first."""
+        ...
+
+    def close(self) -> None:
+        """Flush, make durable and release resources (acks of a final checkpoint are
+        available from ``acknowledged`` before close returns)."""
+        ...
