@@ -18,6 +18,8 @@ from signals.table import create_signal_table, insert_signal, new_signal_id, rea
 from snapshotter import __version__
 from snapshotter.config import Config, ConfigError, load_config
 from snapshotter.connect import create_engine
+from snapshotter.core.state import StateError
+from snapshotter.state_store import StateStore
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -51,12 +53,43 @@ def _connect(config: Config) -> sa.Engine:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
+    """Signal table, then prerequisites, then publication, then slot (the slot last: it
+    starts keeping WAL the moment it exists, and must see the publication)."""
+    from snapshotter.dialects import pg_setup
+    from snapshotter.dialects.base import TableError
+    from snapshotter.dialects.postgres import PostgresDialect
+
     config = _config(args)
+    source = config.source
     engine = _connect(config)
-    table = config.source.signal_table_id
+    signal_table = source.signal_table_id
     with engine.begin() as conn:
-        created = create_signal_table(conn, table)
-    out.print(escape(f"signal table {table}: {'created' if created else 'already there'}"))
+        created = create_signal_table(conn, signal_table)
+    out.print(escape(f"signal table {signal_table}: {'created' if created else 'already there'}"))
+    dialect = PostgresDialect(engine.url, signal_table=signal_table, publication=source.publication)
+    try:
+        tables = pg_setup.resolve_tables(dialect, source.tables, source.default_schema)
+    except TableError as exc:
+        raise CliError(f"source.tables: {exc}", code=2) from None
+    finally:
+        dialect.close()
+    if not source.tables:
+        err.print("[yellow]warning:[/yellow] source.tables is empty: no table can be snapshotted")
+    out.print(escape(f"captured tables: {', '.join(map(str, tables)) or '(none yet)'}"))
+    problems = pg_setup.check_prerequisites(engine, tables, source.slot)
+    for problem in problems:
+        colour = "red" if problem.severity == "error" else "yellow"
+        err.print(f"[{colour}]{problem.severity}:[/{colour}] {escape(problem.what)}")
+        err.print(f"  fix: {escape(problem.fix)}")
+    if any(p.severity == "error" for p in problems):
+        raise CliError("prerequisites not met; fix the errors above and run init again")
+    try:
+        change = pg_setup.ensure_publication(engine, source.publication, [*tables, signal_table])
+        out.print(escape(str(change)))
+        slot = pg_setup.ensure_slot(engine, source.slot)
+    except pg_setup.SetupError as exc:
+        raise CliError(str(exc)) from None
+    out.print(escape(f"replication slot {source.slot}: {slot}"))
     return 0
 
 
@@ -141,6 +174,112 @@ def cmd_signals(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    config = _config(args)
+    if args.command == "resume":
+        _announce_resume(config)
+    from snapshotter.progress import live_progress
+    from snapshotter.runner import StopFlag, run_engine
+    from snapshotter.state_store import StateLockedError
+
+    stop = StopFlag()
+    stop.install()
+    try:
+        with live_progress(verbose=args.verbose) as on_progress:
+            code = run_engine(
+                config, until_caught_up=args.until_caught_up, stop=stop, on_progress=on_progress
+            )
+    except StateLockedError as exc:
+        raise CliError(f"{exc}; is another `snapshotter run` using {config.state.dir}?") from None
+    except (StateError, ValueError, OSError) as exc:
+        raise CliError(str(exc)) from None
+    _print_summary(config)
+    return code
+
+
+def _announce_resume(config: Config) -> None:
+    from snapshotter.runner import state_path
+
+    path = state_path(config)
+    if not path.exists():
+        raise CliError(
+            f"nothing to resume: no saved state in {config.state.dir}; use `snapshotter run`",
+            code=2,
+        )
+    state = StateStore(path).load()
+    out.print(escape(f"resuming from {path}: stream position {state.stream.position}"))
+    for p in state.snapshots:
+        if not p.status.finished:
+            out.print(
+                escape(
+                    f"  {p.table}: {p.status.value}, {p.rows_emitted} rows in {p.chunk_id} "
+                    f"chunks, next chunk after key {p.last_read_key}, up to {p.max_key}"
+                )
+            )
+
+
+def _print_summary(config: Config) -> None:
+    from snapshotter.runner import state_path
+
+    path = state_path(config)
+    if not path.exists():
+        return
+    for p in StateStore(path).load().snapshots:
+        line = f"{p.table}: {p.status.value}, {p.rows_emitted} rows, {p.chunk_id} chunks"
+        err.print(escape(line + (f" ({p.error})" if p.error else "")))
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from snapshotter.runner import libpq_url, state_path
+    from snapshotter.status import status_report
+
+    config = _config(args)
+    path = state_path(config)
+    try:
+        state = StateStore(path).load()
+    except StateError as exc:
+        raise CliError(str(exc)) from None
+    lag = _lag_bytes(libpq_url(config), state.stream.resume.get("lsn"))
+    report = status_report(state, lag)
+    if args.json:
+        out.print_json(json.dumps(report))
+        return 0
+    table = Table(title=f"snapshots ({path})")
+    for column in ("table", "state", "rows", "chunks", "last key", "max key", "error"):
+        table.add_column(column, overflow="fold")
+    for s in report["snapshots"]:
+        table.add_row(
+            escape(s["table"]),
+            s["state"],
+            str(s["rows"]),
+            str(s["chunks"]),
+            escape(json.dumps(s["last_key"])),
+            escape(json.dumps(s["max_key"])),
+            escape(s["error"] or ""),
+        )
+    out.print(table)
+    stream = report["stream"]
+    out.print(escape(f"stream position {stream['position']}, lag {stream['lag_bytes']} bytes"))
+    for problem in report["signal_problems"]:
+        out.print(escape(f"signal {problem['signal_id']} ({problem['type']}): {problem['error']}"))
+    return 0
+
+
+def _lag_bytes(url: str, lsn: object) -> int | None:
+    import psycopg
+
+    from snapshotter.logs.pg_reader import lsn_to_int
+
+    try:
+        with psycopg.connect(url, connect_timeout=5) as conn:
+            row = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
+    except psycopg.Error:
+        return None
+    if row is None:
+        return None
+    return max(0, lsn_to_int(row[0]) - (lsn if isinstance(lsn, int) else 0))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="snapshotter",
@@ -153,7 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("-c", "--config", required=True, help="the TOML configuration file")
         return p
 
-    init = with_config(sub.add_parser("init", help="create the signal table in the source"))
+    init = with_config(
+        sub.add_parser("init", help="create signal table, publication and slot; check setup")
+    )
     init.set_defaults(func=cmd_init)
 
     signal = with_config(sub.add_parser("signal", help="insert a signal into the signal table"))
@@ -180,6 +321,23 @@ def build_parser() -> argparse.ArgumentParser:
     log = kinds.add_parser(SignalType.LOG.value, help="write a message to the engine's log")
     log.add_argument("message")
     signal.set_defaults(func=cmd_signal)
+
+    for name, text in (
+        ("run", "stream the log and run snapshots (resumes from saved state)"),
+        ("resume", "like run, but only from saved state, saying what it resumes"),
+    ):
+        run = with_config(sub.add_parser(name, help=text))
+        run.add_argument(
+            "--until-caught-up",
+            action="store_true",
+            help="exit once no snapshot is pending or running and the log is read to its end",
+        )
+        run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+        run.set_defaults(func=cmd_run)
+
+    status = with_config(sub.add_parser("status", help="snapshot progress and stream lag"))
+    status.add_argument("--json", action="store_true", help="print JSON")
+    status.set_defaults(func=cmd_status)
 
     signals = with_config(sub.add_parser("signals", help="list the signal table, parsed"))
     signals.add_argument("--json", action="store_true", help="print JSON")

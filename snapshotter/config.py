@@ -2,6 +2,11 @@
 
 Strings may name environment variables as ``${NAME}`` (e.g. ``url = "${SNAPSHOTTER_PG_URL}"``),
 so credentials need not live in the file; an unset variable is an error, not an empty string.
+Any key can also be set from the environment as ``SNAPSHOTTER_<SECTION>_<KEY>`` (e.g.
+``SNAPSHOTTER_SOURCE_URL``, ``SNAPSHOTTER_SOURCE_CHUNK_SIZE=2048``,
+``SNAPSHOTTER_SOURCE_TABLES='["public.a", "public.b"]'``): the value is read as a TOML value
+when it is one (numbers, booleans, arrays, quoted strings) and as a plain string otherwise.
+Relative paths are relative to the directory of the config file.
 """
 
 from __future__ import annotations
@@ -9,14 +14,17 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from signals.names import TableId, TableNameError, parse_table_name
+from signals.names import TableId, TableNameError, parse_table_name, parse_table_selector
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+ENV_PREFIX = "SNAPSHOTTER_"
 
 # The schema an unqualified name lives in, per source kind.
 DEFAULT_SCHEMA = {"postgres": "public"}
@@ -32,10 +40,17 @@ class _Section(BaseModel):
 
 class SourceConfig(_Section):
     kind: Literal["postgres"]
-    # The logical name of this source: Debezium's topic prefix, ``source.name`` in events.
-    name: str = Field(default="snapshotter", pattern=r"^[A-Za-z0-9_.\-]+$")
     url: str = Field(min_length=1)
+    # The logical name of this source: Debezium's topic prefix, ``source.name`` in events.
+    # Defaults to the database name in the URL.
+    name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.\-]+$")
+    # Tables the engine captures and may snapshot: names or patterns (``public.*``,
+    # ``/public\.orders_\d+/``). A signal naming a table outside them is refused.
+    tables: list[str] = Field(default_factory=list)
     signal_table: str = "debezium_signal"
+    chunk_size: int = Field(default=4096, ge=1, le=1_000_000)
+    slot: str = Field(default="snapshotter", pattern=r"^[a-z0-9_]{1,63}$")
+    publication: str = Field(default="snapshotter", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
     @field_validator("signal_table")
     @classmethod
@@ -46,13 +61,45 @@ class SourceConfig(_Section):
             raise ValueError(str(exc)) from None
         return value
 
+    @field_validator("tables")
+    @classmethod
+    def _selectors(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                parse_table_selector(item)
+            except TableNameError as exc:
+                raise ValueError(f"{item!r}: {exc}") from None
+        return value
+
+    @property
+    def default_schema(self) -> str:
+        return DEFAULT_SCHEMA[self.kind]
+
     @property
     def signal_table_id(self) -> TableId:
-        return parse_table_name(self.signal_table).with_default_schema(DEFAULT_SCHEMA[self.kind])
+        return parse_table_name(self.signal_table).with_default_schema(self.default_schema)
+
+    @property
+    def topic_prefix(self) -> str:
+        if self.name:
+            return self.name
+        database = sa.make_url(self.url).database
+        return database or "snapshotter"
+
+
+class SinkConfig(_Section):
+    kind: Literal["jsonl"] = "jsonl"
+    path: Path = Path("snapshotter-events.jsonl")
+
+
+class StateConfig(_Section):
+    dir: Path = Path("snapshotter-state")
 
 
 class Config(_Section):
     source: SourceConfig
+    sink: SinkConfig = Field(default_factory=SinkConfig)
+    state: StateConfig = Field(default_factory=StateConfig)
 
 
 def _expand(value: Any, where: str) -> Any:
@@ -72,13 +119,53 @@ def _expand(value: Any, where: str) -> Any:
     return value
 
 
-def parse_config(text: str, origin: str = "<config>") -> Config:
+def _env_value(text: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _apply_env(raw: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    """Overlay ``SNAPSHOTTER_<SECTION>_<KEY>`` variables on the file's values."""
+    sections = {
+        name: {f.upper(): f for f in model.model_fields}
+        for name, model in (("source", SourceConfig), ("sink", SinkConfig), ("state", StateConfig))
+    }
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
+    for var, text in environ.items():
+        if not var.startswith(ENV_PREFIX):
+            continue
+        rest = var[len(ENV_PREFIX) :]
+        for section, fields in sections.items():
+            prefix = section.upper() + "_"
+            if rest.startswith(prefix) and rest[len(prefix) :] in fields:
+                target = out.setdefault(section, {})
+                if isinstance(target, dict):
+                    target[fields[rest[len(prefix) :]]] = _env_value(text)
+    return out
+
+
+def _resolve_paths(config: Config, base: Path) -> Config:
+    sink = config.sink.model_copy(update={"path": base / config.sink.path})
+    state = config.state.model_copy(update={"dir": base / config.state.dir})
+    return config.model_copy(update={"sink": sink, "state": state})
+
+
+def parse_config(
+    text: str,
+    origin: str = "<config>",
+    *,
+    base_dir: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Config:
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{origin}: not valid TOML: {exc}") from None
     try:
-        return Config.model_validate(_expand(raw, ""))
+        raw = _apply_env(_expand(raw, ""), os.environ if environ is None else environ)
+        config = Config.model_validate(raw)
     except ConfigError as exc:
         raise ConfigError(f"{origin}: {exc}") from None
     except ValidationError as exc:
@@ -86,6 +173,7 @@ def parse_config(text: str, origin: str = "<config>") -> Config:
             f"{'.'.join(str(p) for p in e['loc']) or 'top level'}: {e['msg']}" for e in exc.errors()
         )
         raise ConfigError(f"{origin}: {problems}") from None
+    return _resolve_paths(config, base_dir if base_dir is not None else Path.cwd())
 
 
 def load_config(path: str | Path) -> Config:
@@ -94,4 +182,4 @@ def load_config(path: str | Path) -> Config:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
-    return parse_config(text, str(path))
+    return parse_config(text, str(path), base_dir=path.resolve().parent)

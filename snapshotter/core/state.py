@@ -89,7 +89,9 @@ class TableProgress(_Model):
     table: StoredTable
     signal_id: str
     status: SnapshotStatus = SnapshotStatus.PENDING
-    key_columns: list[str] = Field(min_length=1)
+    # The columns chunks are paged by; empty until the engine has described the table.
+    key_columns: list[str] = Field(default_factory=list)
+    surrogate_key: str | None = None  # the signal's surrogate-key, kept for resume
     filter: str | None = None  # the signal's additional condition, kept for resume
     max_key: TypedKey | None = None
     last_read_key: TypedKey | None = None
@@ -106,6 +108,8 @@ class TableProgress(_Model):
     def start(self, max_key: Key | None) -> None:
         """Record the maximum key (None: the table, under its filter, is empty) and run."""
         self._require(SnapshotStatus.PENDING, action="start")
+        if not self.key_columns:
+            raise StateError(f"{self.table}: key columns must be known before the start")
         if max_key is not None and len(max_key) != len(self.key_columns):
             raise StateError(
                 f"{self.table}: maximum key {max_key!r} does not match key "
@@ -170,6 +174,18 @@ class StreamState(_Model):
     resume: dict[str, Any] = Field(default_factory=dict)
 
 
+class SignalProblem(_Model):
+    """A signal the engine could not act on, kept so ``status`` shows it."""
+
+    signal_id: str
+    signal_type: str
+    message: str
+    position: PositionToken | None = None
+
+
+MAX_SIGNAL_PROBLEMS = 50
+
+
 class EngineState(_Model):
     version: Literal[1] = STATE_VERSION
     stream: StreamState = Field(default_factory=StreamState)
@@ -177,6 +193,12 @@ class EngineState(_Model):
     snapshots: list[TableProgress] = Field(default_factory=list)
     # signal id -> the position token of the signal row in the log when it was processed
     processed_signals: dict[str, PositionToken] = Field(default_factory=dict)
+    signal_problems: list[SignalProblem] = Field(default_factory=list)  # newest last
+    # What the sink said at the checkpoint this state belongs to (e.g. the JSONL byte offset).
+    sink: dict[str, Any] = Field(default_factory=dict)
+
+    def add_problem(self, problem: SignalProblem) -> None:
+        self.signal_problems = [*self.signal_problems, problem][-MAX_SIGNAL_PROBLEMS:]
 
     def progress(self, table: TableId) -> TableProgress | None:
         """The newest snapshot record of ``table``."""

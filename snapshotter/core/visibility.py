@@ -126,6 +126,8 @@ class RecentTransactions:
         self._committed: deque[_Transaction] = deque()
         self._open: dict[int, dict[TableId, set[Key]]] = {}
         self._size = 0
+        self._open_size = 0
+        self._overflowed: set[int] = set()
         self._forgotten: set[int] = set()
 
     @property
@@ -134,12 +136,27 @@ class RecentTransactions:
         return self._size
 
     def touch(self, xid: int, table: TableId, keys: Iterable[Key]) -> None:
-        self._open.setdefault(xid, {}).setdefault(table, set()).update(keys)
+        if xid in self._overflowed:
+            return
+        held = self._open.setdefault(xid, {}).setdefault(table, set())
+        before = len(held)
+        held.update(keys)
+        self._open_size += len(held) - before
+        if self._open_size > self.max_keys:
+            # One huge transaction: keep only its xid (memory stays bounded); a chunk whose
+            # snapshot missed it will be re-read.
+            self._open_size -= sum(len(k) for k in self._open.pop(xid).values())
+            self._overflowed.add(xid)
 
     def commit(self, xid: int, position: Position) -> None:
+        if xid in self._overflowed:
+            self._overflowed.discard(xid)
+            self._forgotten.add(xid)
+            return
         keys = self._open.pop(xid, None)
         if not keys:
             return
+        self._open_size -= sum(len(k) for k in keys.values())
         if self._committed and position <= self._committed[-1].position:
             raise ValueError(f"commit at {position} is not after {self._committed[-1].position}")
         self._committed.append(_Transaction(xid, position, keys))
@@ -164,6 +181,22 @@ class RecentTransactions:
             if not visibility.sees(txn.xid):
                 stale.update(txn.keys.get(table, ()))
         return stale
+
+    def clear(self) -> None:
+        """Forget everything (no snapshot is running, so no chunk can ask)."""
+        self._committed.clear()
+        self._open.clear()
+        self._overflowed.clear()
+        self._forgotten.clear()
+        self._size = self._open_size = 0
+
+    def abort(self, xid: int) -> None:
+        """A transaction the reader saw begin but will never commit (not with pgoutput v1,
+        which sends committed transactions only; kept for readers that can)."""
+        keys = self._open.pop(xid, None)
+        if keys:
+            self._open_size -= sum(len(k) for k in keys.values())
+        self._overflowed.discard(xid)
 
     def prune(self, visibility: ReadVisibility) -> None:
         """Forget transactions every snapshot from now on sees (older than its xmin)."""

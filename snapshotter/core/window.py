@@ -22,9 +22,10 @@ removed from the Arrow buffer in one anti-join at close, so the per-row work is 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import Any
 
 import pyarrow as pa
 
@@ -32,6 +33,7 @@ from signals.names import TableId
 from snapshotter.core.events import ChangeEvent, Op, SnapshotMarker, Source
 from snapshotter.core.keys import Key
 from snapshotter.core.position import Position
+from snapshotter.core.visibility import ReadVisibility
 
 _ROW_INDEX = "__snapshotter_row"
 
@@ -71,10 +73,19 @@ class ReadBatch:
     def row_position(self, index: int) -> Position:
         return self.position.read_row(index)
 
-    def events(self, close_source: Source, ts_ms: int) -> Iterator[ChangeEvent]:
-        """The survivors as ``op: "r"`` events. ``close_source`` is the close watermark's."""
+    def events(
+        self,
+        close_source: Source,
+        ts_ms: int,
+        convert: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> Iterator[ChangeEvent]:
+        """The survivors as ``op: "r"`` events. ``close_source`` is the close watermark's;
+        ``convert`` turns a buffered row into the value model events carry (the buffer holds
+        some values, e.g. JSON text, in their Arrow storage form)."""
         key_columns = self.key_columns
         for index, row in enumerate(self.rows.to_pylist()):
+            if convert is not None:
+                row = convert(row)
             yield ChangeEvent(
                 op=Op.READ,
                 source=replace(
@@ -101,6 +112,7 @@ class ChunkWindow:
         self._rows: pa.Table | None = None
         self._dropped: set[Key] = set()
         self._truncated = False
+        self.visibility: ReadVisibility | None = None
 
     @property
     def filled(self) -> bool:
@@ -113,8 +125,9 @@ class ChunkWindow:
         self.phase = WindowPhase.OPEN
         self.opened_at = position
 
-    def fill(self, rows: pa.Table) -> None:
-        """The chunk SELECT's complete result, in key order."""
+    def fill(self, rows: pa.Table, visibility: ReadVisibility | None = None) -> None:
+        """The chunk SELECT's complete result, in key order, and what its snapshot could not
+        see (kept for the close, where ``core.visibility`` decides what else is stale)."""
         if self._rows is not None:
             raise WindowOrderError(f"window {self.window_id} got a second chunk")
         if self.phase is WindowPhase.CLOSED:
@@ -125,6 +138,7 @@ class ChunkWindow:
         missing = [c for c in self.key_columns if c not in rows.column_names]
         if missing:
             raise ValueError(f"chunk of {self.table} lacks key columns {missing}")
+        self.visibility = visibility
         self._rows = rows
 
     def observe(self, event: ChangeEvent) -> bool:
@@ -151,6 +165,15 @@ class ChunkWindow:
                     f"{self.table}: a log event's key value is not usable as a key: {exc}"
                 ) from None
         return True
+
+    def drop(self, keys: set[Key]) -> None:
+        """Drop rows the chunk read stale for a reason the log order alone does not show
+        (PostgreSQL: transactions logged before the open watermark that the chunk's snapshot
+        did not see; see ``core.visibility``)."""
+        if self.phase is not WindowPhase.OPEN:
+            raise WindowOrderError(f"window {self.window_id}: drop while {self.phase.value}")
+        if not self._truncated:
+            self._dropped.update(keys)
 
     def _keys_of(self, event: ChangeEvent) -> list[Key]:
         """The window's keys of the event's rows: before and after, so a key change made in

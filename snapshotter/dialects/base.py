@@ -8,9 +8,9 @@ queries, the watermark insert, and capture setup. Log reading is behind ``LogRea
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -104,6 +104,13 @@ class Dialect(Protocol):
     ) -> ChunkRead:
         """Rows with ``after < key <= upto`` under the filter, in key order, at most ``limit``,
         in one READ ONLY transaction that has ended when this returns."""
+        ...
+
+    def row_converter(
+        self, schema: TableSchema
+    ) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
+        """What turns a buffered chunk row (Arrow storage values) into the event value model
+        (e.g. JSON text into RawJson); None when nothing needs converting."""
         ...
 
     def write_watermark(self, watermark: Watermark) -> None:

@@ -148,6 +148,8 @@ def test_empty_state_round_trips() -> None:
         "paused": False,
         "snapshots": [],
         "processed_signals": {},
+        "signal_problems": [],
+        "sink": {},
     }
 
 
@@ -223,7 +225,6 @@ def _with_first_snapshot(**changes: Any) -> str:
         _with_first_snapshot(table="public.ord.ers"),
         _with_first_snapshot(table="public.*"),  # a pattern
         _with_first_snapshot(table=5),
-        _with_first_snapshot(key_columns=[]),
         _with_first_snapshot(max_key=[]),
         _with_first_snapshot(max_key=[{"type": "int", "value": "1"}]),
         _with_first_snapshot(max_key=[{"type": "nope", "value": 1}]),
@@ -828,3 +829,20 @@ def test_a_state_that_contradicts_itself_is_refused() -> None:
         EngineState.from_json(json.dumps(paused_engine))
     with pytest.raises(StateError):
         EngineState.from_json(json.dumps({"version": 1, "paused": "yes"}))
+
+
+def test_start_needs_key_columns() -> None:
+    p = TableProgress(table=ORDERS, signal_id="s")
+    with pytest.raises(StateError, match="key columns"):
+        p.start((1,))
+
+
+def test_signal_problems_keep_the_newest() -> None:
+    from snapshotter.core.state import MAX_SIGNAL_PROBLEMS, SignalProblem
+
+    state = EngineState()
+    for i in range(MAX_SIGNAL_PROBLEMS + 5):
+        state.add_problem(SignalProblem(signal_id=str(i), signal_type="x", message="bad"))
+    assert len(state.signal_problems) == MAX_SIGNAL_PROBLEMS
+    assert state.signal_problems[-1].signal_id == str(MAX_SIGNAL_PROBLEMS + 4)
+    assert EngineState.from_json(state.to_json()) == state

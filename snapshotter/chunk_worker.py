@@ -1,0 +1,181 @@
+"""The chunk worker: reads chunks beside the stream, so the stream never waits for a SELECT.
+
+Debezium reads a chunk on its streaming thread, so the log stalls for the whole SELECT. Here
+one worker thread owns every database call of the snapshot side (describe, maximum key,
+watermark inserts, chunk SELECTs) while the engine's thread keeps reading the log. The engine
+hands the worker one task at a time and learns the outcome from ``results``.
+
+The ordering rules of a chunk live in ``_read_chunk``; each is stated where it is enforced.
+Tests run SQL between the steps through ``PhaseHooks``.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from signals import Watermark
+from signals.model import WatermarkKind
+from signals.names import TableId
+from snapshotter.core.keys import Key
+from snapshotter.core.visibility import ReadVisibility
+from snapshotter.core.window import ChunkWindow
+from snapshotter.dialects.base import Dialect, TableSchema
+
+log = logging.getLogger("snapshotter.chunks")
+
+Hook = Callable[["ChunkTask"], None]
+
+
+@dataclass
+class PhaseHooks:
+    """Callbacks run on the worker thread between the steps of a chunk (tests use them to
+    write to the table at the worst moments)."""
+
+    before_open: Hook | None = None  # window registered, open watermark not yet written
+    after_open: Hook | None = None  # open watermark committed, chunk SELECT not yet run
+    after_read: Hook | None = None  # chunk rows buffered, close watermark not yet written
+    after_close: Hook | None = None  # close watermark committed
+
+
+@dataclass
+class StartTask:
+    """Describe a table and record its maximum key (or only describe it, on resume)."""
+
+    table: TableId
+    signal_id: str
+    surrogate_key: str | None
+    condition: str | None
+    known_max_key: bool
+
+
+@dataclass
+class ChunkTask:
+    table: TableId
+    signal_id: str
+    number: int
+    window: ChunkWindow
+    schema: TableSchema
+    after: Key | None
+    upto: Key
+    condition: str | None
+    limit: int
+
+
+@dataclass
+class TableStarted:
+    task: StartTask
+    schema: TableSchema
+    key_columns: tuple[str, ...]
+    max_key: Key | None
+    added_to_capture: list[TableId] = field(default_factory=list)
+
+
+@dataclass
+class ChunkRead:
+    task: ChunkTask
+    selected: int
+    last_key: Key | None
+    visibility: ReadVisibility | None
+
+
+@dataclass
+class TaskFailed:
+    task: StartTask | ChunkTask
+    error: str
+
+
+Result = TableStarted | ChunkRead | TaskFailed
+Task = StartTask | ChunkTask
+
+
+class ChunkWorker:
+    def __init__(self, dialect: Dialect, hooks: PhaseHooks | None = None) -> None:
+        self._dialect = dialect
+        self._hooks = hooks or PhaseHooks()
+        self._tasks: queue.Queue[Task | None] = queue.Queue()
+        self.results: queue.Queue[Result] = queue.Queue()
+        self._busy = 0  # tasks submitted and not yet answered (engine thread only)
+        self._thread = threading.Thread(target=self._loop, name="snapshotter-chunks", daemon=True)
+        self._thread.start()
+
+    @property
+    def busy(self) -> bool:
+        return self._busy > 0
+
+    def submit(self, task: Task) -> None:
+        self._busy += 1
+        self._tasks.put(task)
+
+    def poll(self) -> list[Result]:
+        out: list[Result] = []
+        while True:
+            try:
+                out.append(self.results.get_nowait())
+            except queue.Empty:
+                break
+        self._busy -= len(out)
+        return out
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._tasks.put(None)
+        self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        while (task := self._tasks.get()) is not None:
+            try:
+                if isinstance(task, StartTask):
+                    self.results.put(self._start(task))
+                else:
+                    self.results.put(self._read_chunk(task))
+            except Exception as exc:  # reported to the engine, which fails only that table
+                log.debug("task for %s failed", task.table, exc_info=True)
+                self.results.put(TaskFailed(task, _describe(exc)))
+
+    def _start(self, task: StartTask) -> TableStarted:
+        dialect = self._dialect
+        schema = dialect.describe(task.table)
+        key_columns = dialect.snapshot_key(schema, task.surrogate_key)
+        # The log must carry the table before its first chunk, or in-window changes would be
+        # missed: add it to the capture (publication) first. Committed when this returns.
+        added = dialect.ensure_captured([task.table])
+        max_key = (
+            None if task.known_max_key else dialect.max_key(schema, key_columns, task.condition)
+        )
+        return TableStarted(task, schema, tuple(key_columns), max_key, added)
+
+    def _read_chunk(self, task: ChunkTask) -> ChunkRead:
+        hooks, dialect, window = self._hooks, self._dialect, task.window
+        # Rule 1: the window was registered by the engine before this task was submitted, so
+        # its id is known before the open watermark exists; the log reader can never see a
+        # watermark the engine cannot place.
+        _run(hooks.before_open, task)
+        dialect.write_watermark(Watermark(window.window_id, WatermarkKind.OPEN))
+        _run(hooks.after_open, task)
+        # Rule 2: the chunk SELECT runs in its own READ ONLY transaction, begun after the open
+        # watermark committed (write_watermark returned) and ended before the close watermark
+        # is written (read_chunk returns after COMMIT).
+        chunk = dialect.read_chunk(
+            task.schema, window.key_columns, task.after, task.upto, task.condition, task.limit
+        )
+        # Rule 3: the buffer is complete before the close watermark is written. The engine
+        # can only see the close watermark after that write commits, so it always finds the
+        # rows in the window (fill refuses rows for a window that already closed).
+        window.fill(chunk.rows, chunk.visibility)
+        _run(hooks.after_read, task)
+        dialect.write_watermark(Watermark(window.window_id, WatermarkKind.CLOSE))
+        _run(hooks.after_close, task)
+        return ChunkRead(task, chunk.rows.num_rows, chunk.last_key, chunk.visibility)
+
+
+def _run(hook: Hook | None, task: ChunkTask) -> None:
+    if hook is not None:
+        hook(task)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return " ".join(text.split())

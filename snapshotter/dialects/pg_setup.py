@@ -1,0 +1,584 @@
+"""PostgreSQL capture setup: what ``snapshotter init`` checks and creates.
+
+The log reader needs logical decoding (``wal_level = logical``), a role allowed to replicate,
+a free replication slot and WAL sender, a publication listing the captured tables and the
+signal table, and a ``pgoutput`` slot created *after* that publication (pgoutput looks the
+publication up as of each decoded change, so a slot older than its publication fails to
+decode). Every check reports the exact statement that fixes it; nothing here changes server
+settings or an existing publication's options by itself.
+
+Names are quoted by SQLAlchemy's identifier preparer (never by string formatting); catalog
+lookups take names as bound parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Literal
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql.base import PGDialect
+
+from signals.names import TableId, TablePattern, parse_table_selector
+from snapshotter.dialects.base import Dialect, TableError
+
+Severity = Literal["error", "warning"]
+
+# A preparer that does not double "%" (the psycopg dialect's does, for its pyformat
+# placeholders): the statements built here run without parameters and are shown to people.
+_PREPARER = PGDialect(paramstyle="named").identifier_preparer  # type: ignore[no-untyped-call]
+
+# Catalog storage of a column whose values can be TOASTed: variable length ("attlen = -1")
+# and stored out of line when large ("x" extended, "e" external).
+_TOASTABLE = "a.attlen = -1 AND a.attstorage IN ('x', 'e')"
+
+
+class SetupError(Exception):
+    """Capture cannot be set up as configured; the message says what to run."""
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """A prerequisite that is not met, with the exact statement or setting that fixes it."""
+
+    what: str
+    fix: str
+    severity: Severity = "error"
+
+    def __str__(self) -> str:
+        return f"{self.severity}: {self.what}\n  fix: {self.fix}"
+
+
+@dataclass(frozen=True, slots=True)
+class PublicationChange:
+    """What :func:`ensure_publication` did."""
+
+    publication: str
+    created: bool
+    added: tuple[TableId, ...] = ()
+    statements: tuple[str, ...] = field(default=())
+
+    def __str__(self) -> str:
+        if self.created:
+            return f"publication {self.publication}: created"
+        if self.added:
+            return f"publication {self.publication}: added {', '.join(map(str, self.added))}"
+        return f"publication {self.publication}: already there"
+
+
+SlotState = Literal["created", "existing"]
+
+EngineOrUrl = sa.Engine | sa.URL | str
+
+
+# --- quoting -------------------------------------------------------------------------------
+
+
+def quote_name(name: str) -> str:
+    """One identifier (role, publication, slot) quoted as PostgreSQL needs."""
+    return _PREPARER.quote(name)
+
+
+def quote_table(table: TableId) -> str:
+    """``schema.table`` quoted as PostgreSQL needs (each part only when necessary)."""
+    return _PREPARER.format_table(sa.table(table.table, schema=table.schema))
+
+
+# --- connections ---------------------------------------------------------------------------
+
+
+def psycopg_url(url: sa.URL | str) -> sa.URL:
+    """The URL with the driver snapshotter uses (psycopg 3), whatever scheme it was given."""
+    return sa.make_url(url).set(drivername="postgresql+psycopg")
+
+
+@contextmanager
+def _engine(engine_or_url: EngineOrUrl) -> Iterator[sa.Engine]:
+    """The given engine, or a temporary one for a URL (disposed afterwards)."""
+    if isinstance(engine_or_url, sa.Engine):
+        yield engine_or_url
+        return
+    engine = sa.create_engine(psycopg_url(engine_or_url))
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+@contextmanager
+def _connection(conn_or_engine: sa.Connection | sa.Engine) -> Iterator[sa.Connection]:
+    """A connection: the caller's (who commits), or one committed here for an engine."""
+    if isinstance(conn_or_engine, sa.Connection):
+        yield conn_or_engine
+        return
+    with conn_or_engine.begin() as conn:
+        yield conn
+
+
+def _setting(conn: sa.Connection, name: str) -> str:
+    return str(conn.execute(sa.text("SELECT current_setting(:n)"), {"n": name}).scalar_one())
+
+
+def table_oid(conn: sa.Connection, table: TableId) -> int | None:
+    """The table's OID by exact (case-sensitive) name, or None when there is none."""
+    oid = conn.execute(
+        sa.text(
+            "SELECT c.oid FROM pg_catalog.pg_class c "
+            "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = :schema AND c.relname = :table"
+        ),
+        {"schema": table.schema, "table": table.table},
+    ).scalar_one_or_none()
+    return None if oid is None else int(oid)
+
+
+def missing_table_error(table: TableId, user: str) -> TableError:
+    return TableError(f"table {table} does not exist or is not visible to user {user}")
+
+
+# --- prerequisites -------------------------------------------------------------------------
+
+
+def check_prerequisites(
+    engine_or_url: EngineOrUrl, tables: Sequence[TableId], slot: str
+) -> list[Problem]:
+    """Everything that stops (errors) or endangers (warnings) capture of ``tables`` through
+    ``slot``, each with its fix. An empty list means ready."""
+    with _engine(engine_or_url) as engine, engine.connect() as conn:
+        problems = [
+            *_check_wal_level(conn),
+            *_check_role(conn),
+            *_check_slot(conn, slot),
+            *_check_wal_senders(conn),
+            *_check_wal_keep(conn),
+        ]
+        for table in tables:
+            problems.extend(_check_table(conn, table))
+        return problems
+
+
+def _restart_fix(setting: str, value: str) -> str:
+    return f"ALTER SYSTEM SET {setting} = {value}; then restart PostgreSQL (a reload is not enough)"
+
+
+def _check_wal_level(conn: sa.Connection) -> list[Problem]:
+    level = _setting(conn, "wal_level")
+    if level == "logical":
+        return []
+    return [
+        Problem(
+            f"wal_level is {level!r}; logical decoding needs 'logical'",
+            _restart_fix("wal_level", "logical"),
+        )
+    ]
+
+
+def _check_role(conn: sa.Connection) -> list[Problem]:
+    user, superuser, replication = conn.execute(
+        sa.text(
+            "SELECT rolname, rolsuper, rolreplication FROM pg_catalog.pg_roles "
+            "WHERE rolname = current_user"
+        )
+    ).one()
+    if superuser or replication:
+        return []
+    return [
+        Problem(
+            f"role {user} may not use replication (reading the log needs REPLICATION)",
+            f"ALTER ROLE {quote_name(user)} REPLICATION;  -- as a superuser",
+        )
+    ]
+
+
+def _check_slot(conn: sa.Connection, slot: str) -> list[Problem]:
+    row = conn.execute(
+        sa.text(
+            "SELECT slot_type, plugin, database, current_database() AS here "
+            "FROM pg_catalog.pg_replication_slots WHERE slot_name = :slot"
+        ),
+        {"slot": slot},
+    ).one_or_none()
+    if row is not None:
+        return _check_existing_slot(slot, row.slot_type, row.plugin, row.database, row.here)
+    used = int(conn.execute(sa.text("SELECT count(*) FROM pg_replication_slots")).scalar_one())
+    limit = int(_setting(conn, "max_replication_slots"))
+    if used < limit:
+        return []
+    return [
+        Problem(
+            f"no free replication slot for {slot!r}: {used} of max_replication_slots={limit} "
+            "are in use",
+            f"drop an unused slot (SELECT pg_drop_replication_slot('name');) or "
+            f"{_restart_fix('max_replication_slots', str(limit + 4))}",
+        )
+    ]
+
+
+def _check_existing_slot(
+    slot: str, slot_type: str, plugin: str | None, database: str | None, here: str
+) -> list[Problem]:
+    if slot_type == "logical" and plugin == "pgoutput" and database == here:
+        return []
+    found = f"a {slot_type} slot" + (f" for plugin {plugin}" if plugin else "")
+    if database and database != here:
+        found += f" in database {database}"
+    return [
+        Problem(
+            f"replication slot {slot!r} exists but is {found}; snapshotter needs a logical "
+            f"pgoutput slot in database {here}",
+            f"SELECT pg_drop_replication_slot({_literal(slot)});  -- if nothing else uses it; "
+            "or configure another slot name",
+        )
+    ]
+
+
+def _check_wal_senders(conn: sa.Connection) -> list[Problem]:
+    limit = int(_setting(conn, "max_wal_senders"))
+    if limit == 0:
+        return [
+            Problem(
+                "max_wal_senders is 0; streaming the log needs a WAL sender",
+                _restart_fix("max_wal_senders", "10"),
+            )
+        ]
+    used = int(conn.execute(sa.text("SELECT count(*) FROM pg_stat_replication")).scalar_one())
+    if used < limit:
+        return []
+    return [
+        Problem(
+            f"all {limit} WAL senders are in use (max_wal_senders); the log reader could not "
+            "connect now",
+            _restart_fix("max_wal_senders", str(limit + 4)),
+            "warning",
+        )
+    ]
+
+
+def _check_wal_keep(conn: sa.Connection) -> list[Problem]:
+    if _setting(conn, "max_slot_wal_keep_size") != "-1":
+        return []
+    return [
+        Problem(
+            "max_slot_wal_keep_size is -1 (unlimited): a slot nobody reads keeps all WAL "
+            "and can fill the disk",
+            "ALTER SYSTEM SET max_slot_wal_keep_size = '10GB'; SELECT pg_reload_conf();",
+            "warning",
+        )
+    ]
+
+
+def _check_table(conn: sa.Connection, table: TableId) -> list[Problem]:
+    oid = table_oid(conn, table)
+    if oid is None:
+        user = str(conn.execute(sa.text("SELECT current_user")).scalar_one())
+        return [Problem(str(missing_table_error(table, user)), "check the table name")]
+    has_pk = conn.execute(
+        sa.text(
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint "
+            "WHERE conrelid = :oid AND contype = 'p')"
+        ),
+        {"oid": oid},
+    ).scalar_one()
+    return [_identity_problem(table, has_pk, leaf) for leaf in _identity_gaps(conn, oid, has_pk)]
+
+
+@dataclass(frozen=True, slots=True)
+class Storage:
+    """A table that holds rows (the table itself, or a leaf partition of a partitioned one):
+    replica identity is set per storage table and is not inherited from the parent."""
+
+    table: TableId
+    replica_identity: str  # pg_class.relreplident: d(efault), n(othing), f(ull), i(ndex)
+    toastable: bool  # has a column whose values can be TOASTed
+
+    @property
+    def full(self) -> bool:
+        return self.replica_identity == "f"
+
+
+def storage_tables(conn: sa.Connection, oid: int) -> list[Storage]:
+    """The table itself when it is a plain table, else its leaf partitions."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT n.nspname, c.relname, c.relreplident, EXISTS ("
+            "  SELECT 1 FROM pg_catalog.pg_attribute a WHERE a.attrelid = c.oid "
+            f"   AND a.attnum > 0 AND NOT a.attisdropped AND {_TOASTABLE}) AS toastable "
+            "FROM pg_catalog.pg_class c "
+            "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.relkind <> 'p' AND c.oid IN ("
+            # pg_partition_tree lists nothing for a table outside any partition tree.
+            "  SELECT t.relid FROM pg_catalog.pg_partition_tree(CAST(:oid AS regclass)) t "
+            "  WHERE t.isleaf UNION ALL SELECT CAST(:oid AS oid)) "
+            "ORDER BY n.nspname, c.relname"
+        ),
+        {"oid": oid},
+    )
+    return [Storage(TableId(r.nspname, r.relname), r.relreplident, r.toastable) for r in rows]
+
+
+def _identity_gaps(conn: sa.Connection, oid: int, has_pk: bool) -> list[Storage]:
+    """Storage that lacks REPLICA IDENTITY FULL although it needs it."""
+    return [s for s in storage_tables(conn, oid) if not s.full and (s.toastable or not has_pk)]
+
+
+def _identity_problem(table: TableId, has_pk: bool, leaf: Storage) -> Problem:
+    where = str(table) if leaf.table == table else f"partition {leaf.table} of {table}"
+    reasons = []
+    if leaf.toastable:
+        reasons.append(
+            "it has TOAST-able columns, and an UPDATE that leaves a TOASTed value unchanged "
+            "logs that value only as 'unchanged' unless the whole old row is logged"
+        )
+    if not has_pk:
+        reasons.append(
+            "it has no primary key, so UPDATEs and DELETEs carry no key to match rows by"
+        )
+    return Problem(
+        f"{where} needs REPLICA IDENTITY FULL: {'; and '.join(reasons)}",
+        f"ALTER TABLE {quote_table(leaf.table)} REPLICA IDENTITY FULL;",
+    )
+
+
+def _literal(text: str) -> str:
+    """A SQL string literal, for fixes shown to people (never executed here)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+# --- table names ---------------------------------------------------------------------------
+
+
+def resolve_tables(
+    dialect: Dialect, patterns: Sequence[str], default_schema: str = "public"
+) -> list[TableId]:
+    """The tables that configured names and patterns select, in the order given, each once.
+
+    An exact name must exist (TableError otherwise); a pattern may match nothing yet.
+    """
+    available = dialect.list_tables()
+    known = set(available)
+    out: dict[TableId, None] = {}
+    for text in patterns:
+        selector = parse_table_selector(text)
+        if isinstance(selector, TablePattern):
+            out.update(dict.fromkeys(t for t in available if selector.matches(t)))
+            continue
+        table = selector.with_default_schema(default_schema)
+        if table not in known:
+            raise TableError(f"table {table} (from {text!r}) does not exist or is not readable")
+        out[table] = None
+    return list(out)
+
+
+# --- publication ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Publication:
+    all_tables: bool
+    via_root: bool
+    publishes: dict[str, bool]
+
+
+def _publication(conn: sa.Connection, publication: str) -> _Publication | None:
+    row = conn.execute(
+        sa.text(
+            "SELECT puballtables, pubviaroot, pubinsert, pubupdate, pubdelete, pubtruncate "
+            "FROM pg_catalog.pg_publication WHERE pubname = :p"
+        ),
+        {"p": publication},
+    ).one_or_none()
+    if row is None:
+        return None
+    publishes = {
+        "insert": row.pubinsert,
+        "update": row.pubupdate,
+        "delete": row.pubdelete,
+        "truncate": row.pubtruncate,
+    }
+    return _Publication(row.puballtables, row.pubviaroot, publishes)
+
+
+def _in_publication(conn: sa.Connection, publication: str, oid: int) -> bool:
+    """Whether the publication names the table itself or its schema (``FOR TABLES IN
+    SCHEMA``, PostgreSQL 15+). Checked in pg_publication_rel rather than the
+    pg_publication_tables view: the view lists leaf partitions instead of a partitioned
+    root unless publish_via_partition_root is on."""
+    in_schema = ""
+    if int(_setting(conn, "server_version_num")) >= 150000:
+        in_schema = (
+            " OR EXISTS (SELECT 1 FROM pg_catalog.pg_publication_namespace pn "
+            "JOIN pg_catalog.pg_class c ON c.relnamespace = pn.pnnspid "
+            "WHERE pn.pnpubid = p.oid AND c.oid = :oid)"
+        )
+    return bool(
+        conn.execute(
+            sa.text(
+                "SELECT p.puballtables OR EXISTS (SELECT 1 FROM pg_catalog.pg_publication_rel r "
+                f"WHERE r.prpubid = p.oid AND r.prrelid = :oid){in_schema} "
+                "FROM pg_catalog.pg_publication p WHERE p.pubname = :p"
+            ),
+            {"p": publication, "oid": oid},
+        ).scalar_one()
+    )
+
+
+def _table_oids(conn: sa.Connection, tables: Sequence[TableId]) -> dict[TableId, int]:
+    out: dict[TableId, int] = {}
+    for table in tables:
+        oid = table_oid(conn, table)
+        if oid is None:
+            user = str(conn.execute(sa.text("SELECT current_user")).scalar_one())
+            raise missing_table_error(table, user)
+        out[table] = oid
+    return out
+
+
+def missing_from_publication(
+    conn: sa.Connection, publication: str, tables: Sequence[TableId]
+) -> list[TableId]:
+    """The tables (each once, in order) the existing publication does not carry yet."""
+    if _publication(conn, publication) is None:
+        raise SetupError(
+            f"publication {publication} does not exist; run `snapshotter init` to create it "
+            "(before the replication slot)"
+        )
+    oids = _table_oids(conn, list(dict.fromkeys(tables)))
+    return [t for t, oid in oids.items() if not _in_publication(conn, publication, oid)]
+
+
+def _execute_as_is(conn: sa.Connection, statement: str) -> None:
+    """Run ``statement`` with no parameters at all, so the driver sends it as written (with
+    parameters, even none, psycopg would read a "%" in a quoted name as a placeholder)."""
+    conn.exec_driver_sql(statement, execution_options={"no_parameters": True})
+
+
+def add_tables(conn: sa.Connection, publication: str, tables: Sequence[TableId]) -> str | None:
+    """``ALTER PUBLICATION ... ADD TABLE`` for ``tables``; returns the statement run."""
+    if not tables:
+        return None
+    statement = (
+        f"ALTER PUBLICATION {quote_name(publication)} "
+        f"ADD TABLE {', '.join(quote_table(t) for t in tables)}"
+    )
+    _execute_as_is(conn, statement)
+    return statement
+
+
+def ensure_publication(
+    conn_or_engine: sa.Connection | sa.Engine, publication: str, tables: Sequence[TableId]
+) -> PublicationChange:
+    """Create the publication for ``tables`` (with ``publish_via_partition_root``, so a
+    partitioned table's changes are logged under its own name), or add those it lacks.
+
+    With a connection the caller commits; with an engine this commits. An existing
+    publication's options are never changed: if they do not fit, SetupError says how to.
+    """
+    tables = list(dict.fromkeys(tables))
+    with _connection(conn_or_engine) as conn:
+        existing = _publication(conn, publication)
+        if existing is None:
+            return _create_publication(conn, publication, tables)
+        _check_publication(conn, publication, existing, tables)
+        missing = missing_from_publication(conn, publication, tables)
+        statement = add_tables(conn, publication, missing)
+        return PublicationChange(
+            publication, False, tuple(missing), (statement,) if statement else ()
+        )
+
+
+def _create_publication(
+    conn: sa.Connection, publication: str, tables: Sequence[TableId]
+) -> PublicationChange:
+    _table_oids(conn, tables)  # a clear error for a missing table
+    members = f" FOR TABLE {', '.join(quote_table(t) for t in tables)}" if tables else ""
+    statement = (
+        f"CREATE PUBLICATION {quote_name(publication)}{members} "
+        "WITH (publish_via_partition_root = true)"
+    )
+    _execute_as_is(conn, statement)
+    return PublicationChange(publication, True, tuple(tables), (statement,))
+
+
+def _check_publication(
+    conn: sa.Connection, publication: str, pub: _Publication, tables: Sequence[TableId]
+) -> None:
+    quoted = quote_name(publication)
+    silent = [op for op in ("insert", "update", "delete") if not pub.publishes[op]]
+    if silent:
+        raise SetupError(
+            f"publication {publication} does not publish {', '.join(silent)}, so the log "
+            f"would miss those changes; run: ALTER PUBLICATION {quoted} "
+            "SET (publish = 'insert, update, delete, truncate');"
+        )
+    if pub.via_root:
+        return
+    partitioned = [t for t in tables if _is_partitioned(conn, t)]
+    if partitioned:
+        raise SetupError(
+            f"publication {publication} logs changes of {', '.join(map(str, partitioned))} "
+            "under their partitions' names (publish_via_partition_root is off); run: "
+            f"ALTER PUBLICATION {quoted} SET (publish_via_partition_root = true);"
+        )
+
+
+def _is_partitioned(conn: sa.Connection, table: TableId) -> bool:
+    return bool(
+        conn.execute(
+            sa.text(
+                "SELECT c.relkind = 'p' FROM pg_catalog.pg_class c "
+                "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = :schema AND c.relname = :table"
+            ),
+            {"schema": table.schema, "table": table.table},
+        ).scalar()
+    )
+
+
+# --- replication slot ----------------------------------------------------------------------
+
+
+def ensure_slot(engine_or_url: EngineOrUrl, slot: str) -> SlotState:
+    """Create the logical ``pgoutput`` slot unless it exists. Create the publication first.
+
+    Creating a slot waits for transactions already running to finish (it needs a consistent
+    starting point), so a long-open transaction delays it.
+    """
+    with _engine(engine_or_url) as engine:
+        with engine.connect() as conn:
+            row = conn.execute(
+                sa.text(
+                    "SELECT slot_type, plugin, database, current_database() AS here "
+                    "FROM pg_catalog.pg_replication_slots WHERE slot_name = :slot"
+                ),
+                {"slot": slot},
+            ).one_or_none()
+        if row is not None:
+            wrong = _check_existing_slot(slot, row.slot_type, row.plugin, row.database, row.here)
+            if wrong:
+                raise SetupError(f"{wrong[0].what}; {wrong[0].fix}")
+            return "existing"
+        # A slot cannot be created in a transaction that has written anything: autocommit.
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(
+                sa.text("SELECT pg_create_logical_replication_slot(:slot, 'pgoutput')"),
+                {"slot": slot},
+            )
+        return "created"
+
+
+def drop_slot(engine_or_url: EngineOrUrl, slot: str) -> bool:
+    """Drop the slot if it exists (it must not be in use); returns whether it existed."""
+    with (
+        _engine(engine_or_url) as engine,
+        engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn,
+    ):
+        dropped = conn.execute(
+            sa.text(
+                "SELECT pg_drop_replication_slot(slot_name) "
+                "FROM pg_catalog.pg_replication_slots WHERE slot_name = :slot"
+            ),
+            {"slot": slot},
+        ).all()
+        return bool(dropped)

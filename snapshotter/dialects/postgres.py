@@ -1,0 +1,567 @@
+"""The PostgreSQL dialect: catalog, max-key and chunk queries, watermarks, capture setup.
+
+Two kinds of connection:
+
+* a SQLAlchemy engine for the catalog, watermark inserts and publication changes;
+* one psycopg 3 connection for the max-key and chunk SELECTs, created with
+  ``pg_types.LoadContext()`` so its rows are loaded, in text format, by exactly the loaders
+  the pgoutput decoder uses: a READ row and a log row of the same table are identical.
+
+SQL is built with SQLAlchemy Core (every identifier quoted by the library) and compiled for
+psycopg; key values are bound parameters, each cast to its column's type so the planner
+compares in that type and range-scans the key's index.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime, time
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+import psycopg
+import pyarrow as pa
+import sqlalchemy as sa
+from psycopg.adapt import PyFormat
+from sqlalchemy.types import UserDefinedType
+
+from signals import Watermark
+from signals.names import TableId
+from signals.table import insert_signal
+from snapshotter.core.keys import Key
+from snapshotter.core.visibility import PgSnapshot
+from snapshotter.dialects import pg_setup, pg_types
+from snapshotter.dialects.base import ChunkRead, ColumnInfo, TableError, TableSchema
+
+DEFAULT_SCHEMA = "public"
+
+# Python types a key value can have (snapshotter.core.keys.KeyValue). The chunk connection's
+# adapters come from pg_types, which only loads; these dump key values as parameters.
+_KEY_VALUE_TYPES: tuple[type, ...] = (
+    bool,
+    int,
+    float,
+    str,
+    bytes,
+    Decimal,
+    UUID,
+    date,
+    datetime,
+    time,
+)
+
+_RELKIND_NAMES = {
+    "v": "a view",
+    "m": "a materialized view",
+    "f": "a foreign table",
+    "i": "an index",
+    "I": "a partitioned index",
+    "S": "a sequence",
+    "c": "a composite type",
+    "t": "a TOAST table",
+}
+
+_MAX_CACHED_QUERIES = 256
+_JSON = pg_types.JSON_OIDS
+
+
+class ChunkReadError(Exception):
+    """Reading failed for a reason outside the query (connection lost, server shutting down,
+    statement cancelled): worth retrying, unlike a TableError."""
+
+
+class _SqlType(UserDefinedType[Any]):
+    """A column's own type, as ``format_type`` spells it, for ``CAST(:p AS <type>)``.
+
+    The name comes from the catalog (``format_type`` quotes what needs quoting), never from
+    a signal.
+    """
+
+    cache_ok = True
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def get_col_spec(self, **kw: Any) -> str:
+        return self.name
+
+
+@dataclass(frozen=True, slots=True)
+class _Relation:
+    oid: int
+    relkind: str
+    parent: str | None  # "schema.table" of the partitioned table, for a partition
+    readable: bool
+
+
+class PostgresDialect:
+    """:class:`snapshotter.dialects.base.Dialect` for PostgreSQL (13+)."""
+
+    connector = "postgresql"
+
+    def __init__(self, url: str | sa.URL, signal_table: TableId, publication: str) -> None:
+        self.url = pg_setup.psycopg_url(url)
+        self.signal_table = signal_table.with_default_schema(DEFAULT_SCHEMA)
+        self.publication = publication
+        self._engine: sa.Engine | None = None
+        self._conn: psycopg.Connection[Any] | None = None
+        self._conn_lock = threading.Lock()  # the chunk connection serves one query at a time
+        self._database: str | None = None
+        self._sql: dict[tuple[Any, ...], str] = {}
+
+    # --- connections ---------------------------------------------------------------------
+
+    @property
+    def engine(self) -> sa.Engine:
+        if self._engine is None:
+            self._engine = sa.create_engine(self.url, pool_pre_ping=True, pool_size=2)
+        return self._engine
+
+    @property
+    def database(self) -> str:
+        if self._database is None:
+            with self.engine.connect() as conn:
+                self._database = str(conn.execute(sa.text("SELECT current_database()")).scalar())
+        return self._database
+
+    @database.setter
+    def database(self, value: str) -> None:
+        self._database = value
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            self._conn = self._connect()
+        return self._conn
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        # The same connection arguments the engine would use (host, sslmode, ...), but our
+        # own loaders instead of SQLAlchemy's.
+        args, kwargs = self.engine.dialect.create_connect_args(self.url)
+        kwargs.pop("context", None)
+        kwargs.setdefault("application_name", "snapshotter")
+        conn = psycopg.connect(*args, **kwargs, autocommit=True, context=pg_types.LoadContext())
+        for cls in _KEY_VALUE_TYPES:
+            conn.adapters.register_dumper(cls, psycopg.adapters.get_dumper(cls, PyFormat.TEXT))
+        # timestamptz text carries the session's offset; the log decoder loads it as UTC.
+        conn.execute("SET TimeZone TO 'UTC'")
+        # Every transaction ``conn.transaction()`` opens is BEGIN ISOLATION LEVEL
+        # REPEATABLE READ READ ONLY: the snapshot is fixed by its first statement, and a
+        # filter (SQL from the signal table) cannot write.
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        conn.read_only = True
+        return conn
+
+    def close(self) -> None:
+        with self._conn_lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+
+    # --- catalog -------------------------------------------------------------------------
+
+    def describe(self, table: TableId) -> TableSchema:
+        table = table.with_default_schema(DEFAULT_SCHEMA)
+        with self.engine.connect() as conn:
+            relation = self._relation(conn, table)
+            columns = self._columns(conn, relation.oid)
+            pk = sa.inspect(conn).get_pk_constraint(table.table, schema=table.schema)
+        return TableSchema(table, columns, tuple(pk.get("constrained_columns") or ()))
+
+    def _relation(self, conn: sa.Connection, table: TableId) -> _Relation:
+        row = conn.execute(
+            sa.text(
+                "SELECT c.oid, c.relkind, "
+                "  (SELECT quote_ident(pn.nspname) || '.' || quote_ident(pc.relname) "
+                "   FROM pg_catalog.pg_inherits i "
+                "   JOIN pg_catalog.pg_class pc ON pc.oid = i.inhparent "
+                "   JOIN pg_catalog.pg_namespace pn ON pn.oid = pc.relnamespace "
+                "   WHERE c.relispartition AND i.inhrelid = c.oid) AS parent, "
+                "  has_schema_privilege(n.oid, 'USAGE') "
+                "  AND has_table_privilege(c.oid, 'SELECT') AS readable "
+                "FROM pg_catalog.pg_class c "
+                "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = :schema AND c.relname = :table"
+            ),
+            {"schema": table.schema, "table": table.table},
+        ).one_or_none()
+        if row is None:
+            raise pg_setup.missing_table_error(table, self._user(conn))
+        relation = _Relation(int(row.oid), row.relkind, row.parent, row.readable)
+        _check_relation(table, relation, self._user(conn))
+        return relation
+
+    @staticmethod
+    def _user(conn: sa.Connection) -> str:
+        return str(conn.execute(sa.text("SELECT current_user")).scalar())
+
+    @staticmethod
+    def _columns(conn: sa.Connection, oid: int) -> tuple[ColumnInfo, ...]:
+        # atttypid as is (a domain keeps its own OID): pgoutput's Relation message sends the
+        # same OID, so both paths pick the same loader (text, for a domain).
+        rows = conn.execute(
+            sa.text(
+                "SELECT a.attname, a.atttypid, format_type(a.atttypid, a.atttypmod) AS type_name, "
+                "  NOT a.attnotnull AS nullable "
+                "FROM pg_catalog.pg_attribute a "
+                "WHERE a.attrelid = :oid AND a.attnum > 0 AND NOT a.attisdropped "
+                "ORDER BY a.attnum"
+            ),
+            {"oid": oid},
+        )
+        return tuple(
+            ColumnInfo(
+                name=r.attname,
+                type_name=r.type_name,
+                type_code=int(r.atttypid),
+                nullable=r.nullable,
+                arrow_type=pg_types.arrow_type(int(r.atttypid)),
+            )
+            for r in rows
+        )
+
+    def snapshot_key(self, schema: TableSchema, surrogate_key: str | None) -> tuple[str, ...]:
+        if surrogate_key is None:
+            if not schema.primary_key:
+                raise TableError(_no_primary_key(schema.table))
+            return schema.primary_key
+        self._check_surrogate_key(schema, surrogate_key)
+        return (surrogate_key,)
+
+    def _check_surrogate_key(self, schema: TableSchema, column: str) -> None:
+        table = schema.table
+        try:
+            info = schema.column(column)
+        except KeyError:
+            raise TableError(
+                f"surrogate key {column!r}: table {table} has no such column "
+                "(names are case-sensitive)"
+            ) from None
+        if info.nullable:
+            raise TableError(
+                f"surrogate key {column!r} of table {table} may be NULL; it must be NOT NULL "
+                "(ALTER TABLE ... ALTER COLUMN ... SET NOT NULL) to page by it"
+            )
+        with self.engine.connect() as conn:
+            unique, gaps = _unique_and_identity(conn, table, column)
+        if not unique:
+            raise TableError(
+                f"surrogate key {column!r} of table {table} has no unique index or constraint "
+                "on exactly that column (a partial or multi-column one does not count); "
+                f"add one: CREATE UNIQUE INDEX ON {pg_setup.quote_table(table)} "
+                f"({pg_setup.quote_name(column)})"
+            )
+        if gaps:
+            fixes = " ".join(
+                f"ALTER TABLE {pg_setup.quote_table(t)} REPLICA IDENTITY FULL;" for t in gaps
+            )
+            raise TableError(
+                f"surrogate key {column!r} of table {table}: the PostgreSQL log carries a "
+                "surrogate key for updates and deletes only with REPLICA IDENTITY FULL, which "
+                f"{', '.join(map(str, gaps))} lacks; run: {fixes}"
+            )
+
+    def list_tables(self) -> list[TableId]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.text(
+                    "SELECT n.nspname, c.relname FROM pg_catalog.pg_class c "
+                    "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+                    "WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition "
+                    "  AND n.nspname NOT IN ('pg_catalog', 'information_schema') "
+                    "  AND n.nspname !~ '^pg_(toast|temp_|toast_temp_)' "
+                    "  AND has_schema_privilege(n.oid, 'USAGE') "
+                    "  AND has_table_privilege(c.oid, 'SELECT') "
+                    "ORDER BY n.nspname, c.relname"
+                )
+            )
+            return [TableId(r.nspname, r.relname) for r in rows]
+
+    # --- reads ---------------------------------------------------------------------------
+
+    def max_key(
+        self, schema: TableSchema, key_columns: Sequence[str], condition: str | None
+    ) -> Key | None:
+        keys = tuple(key_columns)
+        sql = self._cached(
+            ("max", schema, keys, condition), lambda: _max_key_query(schema, keys, condition)
+        )
+        rows, _ = self._read(schema.table, "max-key query", sql, {})
+        return tuple(rows[0]) if rows else None
+
+    def read_chunk(
+        self,
+        schema: TableSchema,
+        key_columns: Sequence[str],
+        after: Key | None,
+        upto: Key,
+        condition: str | None,
+        limit: int,
+    ) -> ChunkRead:
+        sql, params = self._chunk_statement(schema, key_columns, after, upto, condition, limit)
+        rows, snapshot = self._read(schema.table, "chunk query", sql, params)
+        positions = [schema.column_names.index(k) for k in key_columns]
+        last_key = tuple(rows[-1][i] for i in positions) if rows else None
+        return ChunkRead(_to_arrow(schema, rows), last_key, PgSnapshot.parse(snapshot))
+
+    def explain_chunk(
+        self,
+        schema: TableSchema,
+        key_columns: Sequence[str],
+        after: Key | None,
+        upto: Key,
+        condition: str | None,
+        limit: int,
+    ) -> str:
+        """The plan (``EXPLAIN``) of the chunk SELECT ``read_chunk`` would run: a composite
+        key must be an index range (``Index Cond`` with the row comparison), or every chunk
+        reads the index from its start."""
+        sql, params = self._chunk_statement(schema, key_columns, after, upto, condition, limit)
+        rows, _ = self._read(schema.table, "EXPLAIN of the chunk query", "EXPLAIN " + sql, params)
+        return "\n".join(str(r[0]) for r in rows)
+
+    def _chunk_statement(
+        self,
+        schema: TableSchema,
+        key_columns: Sequence[str],
+        after: Key | None,
+        upto: Key,
+        condition: str | None,
+        limit: int,
+    ) -> tuple[str, dict[str, Any]]:
+        keys = tuple(key_columns)
+        for name, key in (("after", after), ("upto", upto)):
+            if key is not None and len(key) != len(keys):
+                raise ValueError(f"{name} key {key!r} does not match key columns {keys}")
+        has_after = after is not None
+        sql = self._cached(
+            ("chunk", schema, keys, has_after, condition),
+            lambda: _chunk_query(schema, keys, has_after, condition),
+        )
+        params: dict[str, Any] = {f"u{i}": v for i, v in enumerate(upto)}
+        params.update({f"a{i}": v for i, v in enumerate(after or ())})
+        params["limit"] = limit
+        return sql, params
+
+    def row_converter(
+        self, schema: TableSchema
+    ) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
+        """JSON columns are buffered as their text; events carry them as RawJson (what
+        ``pg_types.finish_value`` makes of a log value too). Nothing else needs converting."""
+        json_columns = {c.name: c.type_code for c in schema.columns if c.type_code in _JSON}
+        if not json_columns:
+            return None
+
+        def convert(row: dict[str, Any]) -> dict[str, Any]:
+            out = dict(row)
+            for name, oid in json_columns.items():
+                out[name] = pg_types.finish_value(oid, out[name])
+            return out
+
+        return convert
+
+    def _cached(self, key: tuple[Any, ...], build: Callable[[], sa.Select[Any]]) -> str:
+        """The statement compiled for psycopg, once per shape (chunks differ only in their
+        parameters, and the same text lets psycopg prepare it server-side)."""
+        sql = self._sql.get(key)
+        if sql is None:
+            if len(self._sql) >= _MAX_CACHED_QUERIES:
+                self._sql.clear()
+            sql = str(build().compile(dialect=self.engine.dialect))
+            self._sql[key] = sql
+        return sql
+
+    def _read(
+        self, table: TableId, what: str, sql: str, params: dict[str, Any]
+    ) -> tuple[list[tuple[Any, ...]], str]:
+        """Run ``sql`` in one REPEATABLE READ READ ONLY transaction; its rows and the
+        transaction's snapshot (``pg_current_snapshot()``, the snapshot ``sql`` read in)."""
+        with self._conn_lock:
+            conn = self._connection()
+            try:
+                with conn.transaction():
+                    snapshot = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
+                    rows = conn.execute(sql, params).fetchall()
+            except psycopg.Error as exc:
+                raise self._failure(conn, table, what, exc) from exc
+        assert snapshot is not None
+        return rows, str(snapshot[0])
+
+    def _failure(
+        self, conn: psycopg.Connection[Any], table: TableId, what: str, exc: psycopg.Error
+    ) -> Exception:
+        message = f"{what} on table {table} failed: {str(exc).strip()}"
+        if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError) or conn.broken:
+            if conn.broken or conn.closed:
+                self._conn = None
+            return ChunkReadError(message)
+        return TableError(message)
+
+    # --- writes --------------------------------------------------------------------------
+
+    def write_watermark(self, watermark: Watermark) -> None:
+        with self.engine.begin() as conn:
+            insert_signal(conn, self.signal_table, watermark)
+
+    def ensure_captured(self, tables: Sequence[TableId]) -> list[TableId]:
+        wanted = [t.with_default_schema(DEFAULT_SCHEMA) for t in tables]
+        with self.engine.begin() as conn:
+            missing = pg_setup.missing_from_publication(conn, self.publication, wanted)
+            pg_setup.add_tables(conn, self.publication, missing)
+        return missing
+
+    def log_end(self) -> int:
+        """The WAL position flushed so far (``pg_current_wal_flush_lsn()``) as an integer."""
+        with self.engine.connect() as conn:
+            lsn = conn.execute(
+                sa.text("SELECT pg_current_wal_flush_lsn() - CAST('0/0' AS pg_lsn)")
+            ).scalar_one()
+        return int(lsn)
+
+
+# --- SQL -----------------------------------------------------------------------------------
+
+
+def _sa_table(schema: TableSchema) -> sa.TableClause:
+    return sa.table(
+        schema.table.table, *(sa.column(c.name) for c in schema.columns), schema=schema.table.schema
+    )
+
+
+def _output(table: sa.TableClause, column: ColumnInfo) -> sa.ColumnElement[Any]:
+    """The column as selected: as is when loaded by type, else its text (the type's output
+    function, as pgoutput sends it), under the column's own name."""
+    raw = table.c[column.name]
+    if pg_types.loaded_natively(column.type_code):
+        return raw
+    return sa.cast(raw, sa.Text).label(column.name)
+
+
+def _key_columns(
+    schema: TableSchema, table: sa.TableClause, key_columns: tuple[str, ...]
+) -> list[sa.ColumnClause[Any]]:
+    missing = [k for k in key_columns if k not in schema.column_names]
+    if missing or not key_columns:
+        raise TableError(f"table {schema.table} has no key column(s) {missing or key_columns}")
+    return [table.c[k] for k in key_columns]
+
+
+def _bound(schema: TableSchema, key_columns: tuple[str, ...], prefix: str) -> list[Any]:
+    """``CAST(:<prefix>i AS <column type>)`` for each key column."""
+    return [
+        sa.cast(
+            sa.bindparam(f"{prefix}{i}", type_=_SqlType(schema.column(k).type_name)),
+            _SqlType(schema.column(k).type_name),
+        )
+        for i, k in enumerate(key_columns)
+    ]
+
+
+def _compare(columns: list[sa.ColumnClause[Any]], values: list[Any], op: str) -> Any:
+    """``(k1, k2) <op> (v1, v2)``: a row comparison PostgreSQL turns into one index range
+    (an OR-expanded form would be a filter over the whole index)."""
+    if len(columns) == 1:
+        return columns[0].op(op)(values[0])
+    return sa.tuple_(*columns).op(op)(sa.tuple_(*values))
+
+
+def _filter(condition: str) -> sa.TextClause:
+    """The signal's filter, parenthesised so an OR inside it cannot widen the key range.
+
+    Colons are escaped: in ``sa.text`` ``:name`` would be a bind parameter.
+    """
+    return sa.text("(" + condition.replace(":", "\\:") + ")")
+
+
+def _max_key_query(
+    schema: TableSchema, key_columns: tuple[str, ...], condition: str | None
+) -> sa.Select[Any]:
+    table = _sa_table(schema)
+    keys = _key_columns(schema, table, key_columns)
+    query = sa.select(*(_output(table, schema.column(k)) for k in key_columns)).select_from(table)
+    if condition is not None:
+        query = query.where(_filter(condition))
+    return query.order_by(*(k.desc() for k in keys)).limit(sa.literal_column("1"))
+
+
+def _chunk_query(
+    schema: TableSchema, key_columns: tuple[str, ...], has_after: bool, condition: str | None
+) -> sa.Select[Any]:
+    table = _sa_table(schema)
+    keys = _key_columns(schema, table, key_columns)
+    query = sa.select(*(_output(table, c) for c in schema.columns)).select_from(table)
+    if has_after:
+        query = query.where(_compare(keys, _bound(schema, key_columns, "a"), ">"))
+    query = query.where(_compare(keys, _bound(schema, key_columns, "u"), "<="))
+    if condition is not None:
+        query = query.where(_filter(condition))
+    # ORDER BY the table's own columns (qualified), not the text labels of cast ones.
+    return query.order_by(*keys).limit(sa.bindparam("limit", type_=_SqlType("bigint")))
+
+
+def _to_arrow(schema: TableSchema, rows: list[tuple[Any, ...]]) -> pa.Table:
+    columns: list[Sequence[Any]] = list(zip(*rows, strict=True)) if rows else []
+    if not columns:
+        columns = [()] * len(schema.columns)
+    arrays = [
+        pa.array(values, type=c.arrow_type)
+        for values, c in zip(columns, schema.columns, strict=True)
+    ]
+    return pa.Table.from_arrays(arrays, schema=schema.arrow_schema())
+
+
+# --- checks --------------------------------------------------------------------------------
+
+
+def _check_relation(table: TableId, relation: _Relation, user: str) -> None:
+    if relation.relkind not in ("r", "p"):
+        kind = _RELKIND_NAMES.get(relation.relkind, f"a relation of kind {relation.relkind!r}")
+        raise TableError(f"{table} is {kind}, not a table: only tables can be snapshotted")
+    if relation.parent is not None:
+        raise TableError(
+            f"table {table} is a partition of {relation.parent}; snapshot {relation.parent} "
+            "(the log names a partition's changes by its partitioned table)"
+        )
+    if not relation.readable:
+        raise TableError(
+            f"user {user} may not read table {table}: it needs USAGE on the schema and "
+            f"SELECT on the table (GRANT SELECT ON {pg_setup.quote_table(table)} TO "
+            f"{pg_setup.quote_name(user)})"
+        )
+
+
+def _no_primary_key(table: TableId) -> str:
+    return (
+        f"table {table} has no primary key: name a NOT NULL column with a unique index to "
+        'page by, with "surrogate-key" in the execute-snapshot signal (or --surrogate-key COL '
+        "on the CLI); under PostgreSQL the log carries that column for updates and deletes "
+        f"only with REPLICA IDENTITY FULL (ALTER TABLE {pg_setup.quote_table(table)} "
+        "REPLICA IDENTITY FULL;)"
+    )
+
+
+def _unique_and_identity(
+    conn: sa.Connection, table: TableId, column: str
+) -> tuple[bool, list[TableId]]:
+    """Whether a valid, non-partial unique index covers exactly ``column``; and the table's
+    storage (itself or its leaf partitions: replica identity is not inherited) lacking
+    REPLICA IDENTITY FULL."""
+    oid = pg_setup.table_oid(conn, table)
+    unique = conn.execute(
+        sa.text(
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_index i "
+            "JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attname = :col "
+            "WHERE i.indrelid = :oid AND i.indisunique AND i.indisvalid "
+            "  AND i.indpred IS NULL AND i.indexprs IS NULL AND i.indnkeyatts = 1 "
+            "  AND i.indkey[0] = a.attnum)"
+        ),
+        {"oid": oid, "col": column},
+    ).scalar_one()
+    assert oid is not None  # described a moment ago
+    gaps = [s.table for s in pg_setup.storage_tables(conn, oid) if not s.full]
+    return bool(unique), gaps

@@ -1,0 +1,781 @@
+"""The engine: stream the log all the time, answer signals, run DBLog chunk windows.
+
+One thread (the caller's) reads the log and does everything that touches state, windows and
+the sink, in log order. The chunk worker (``chunk_worker``) does the snapshot side's database
+calls beside it, so the stream never waits for a chunk SELECT. Data flows one way:
+
+    log items ──► windows (drop keys) ──► sink ──(acknowledged checkpoint)──► state file
+    chunk rows ─┘ (READ rows at the close watermark, before any later log event)
+
+Checkpoints are taken only at transaction boundaries, so the state saved for an acknowledged
+checkpoint always names a point the log can restart from exactly: the sink is cut back to
+that checkpoint, and the log replays whatever followed it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from signals import (
+    ExecuteSnapshot,
+    LogSignal,
+    PauseSnapshot,
+    ResumeSnapshot,
+    SignalError,
+    StopSnapshot,
+    Watermark,
+    parse_signal,
+)
+from signals.model import WatermarkKind
+from signals.names import TableId, TablePattern, TableSelector, parse_table_selector
+from snapshotter.chunk_worker import (
+    ChunkRead,
+    ChunkTask,
+    ChunkWorker,
+    PhaseHooks,
+    StartTask,
+    TableStarted,
+    TaskFailed,
+)
+from snapshotter.config import Config
+from snapshotter.core.events import ChangeEvent, Op
+from snapshotter.core.keys import Key
+from snapshotter.core.position import Position
+from snapshotter.core.state import (
+    EngineState,
+    SignalProblem,
+    SnapshotStatus,
+    StateError,
+    TableProgress,
+)
+from snapshotter.core.visibility import RecentTransactions
+from snapshotter.core.window import ChunkWindow, WindowPhase
+from snapshotter.dialects.base import Dialect, TableSchema
+from snapshotter.logs.base import Change, Commit, LogItem, LogReader, Notice, Progress, TableShape
+from snapshotter.sinks.base import Sink
+from snapshotter.state_store import StateStore
+
+log = logging.getLogger("snapshotter.engine")
+
+KeyColumns = Callable[[TableId], Sequence[str] | None]
+OpenReader = Callable[[Mapping[str, Any], KeyColumns], LogReader]
+
+CHECKPOINT_INTERVAL_S = 1.0
+WINDOWS_IN_FLIGHT = 2  # one waiting for its close watermark in the log, one being read
+READ_TIMEOUT_S = 0.05
+REPORT_INTERVAL_S = 5.0
+
+
+class EngineStop(Exception):
+    """Raised by a stop callback to end ``run`` cleanly (state saved)."""
+
+
+@dataclass
+class _Flight:
+    """A chunk window the engine holds, from registration to its close watermark."""
+
+    task: ChunkTask
+
+
+@dataclass
+class _TableRun:
+    """In-memory companion of an unfinished TableProgress."""
+
+    progress: TableProgress
+    schema: TableSchema | None = None
+    starting: bool = False
+    cursor: Key | None = None  # the next chunk starts after this key
+    exhausted: bool = False  # the last chunk read reached the end
+    reading: bool = False  # a chunk task is with the worker
+    next_number: int = 0
+    flights: list[str] = field(default_factory=list)  # window ids, oldest first
+    # Windows whose read result is still to come and still counts (a re-read voids them).
+    awaiting: set[str] = field(default_factory=set)
+    convert: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    reported: float = 0.0  # when progress was last logged
+
+
+@dataclass
+class _Pending:
+    state: EngineState
+    resume: Mapping[str, Any]
+
+
+class Engine:
+    def __init__(
+        self,
+        *,
+        config: Config,
+        dialect: Dialect,
+        open_reader: OpenReader,
+        sink: Sink,
+        store: StateStore,
+        hooks: PhaseHooks | None = None,
+        on_progress: Callable[[EngineState], None] | None = None,
+    ) -> None:
+        self._config = config
+        self._source = config.source
+        self._dialect = dialect
+        self._open_reader = open_reader
+        self._sink = sink
+        self._store = store
+        self._hooks = hooks
+        self._on_progress = on_progress
+        self._signal_table = config.source.signal_table_id
+        self._patterns: list[TableSelector] = [
+            _default_schema(parse_table_selector(t), config.source.default_schema)
+            for t in config.source.tables
+        ]
+        self.state = store.load()
+        self._runs: dict[str, _TableRun] = {}  # by signal id + table
+        self._windows: dict[str, _Flight] = {}
+        self._key_columns: dict[TableId, tuple[str, ...]] = {}
+        self._shapes: dict[TableId, TableShape] = {}
+        self._history = RecentTransactions()
+        self._pending: dict[int, _Pending] = {}
+        self._last_checkpoint = 0.0
+        self._dirty = False  # something worth a checkpoint happened since the last one
+        self._boundary: Mapping[str, Any] | None = None  # resume point of the last txn end
+        self._boundary_offset = 0
+        self._saved_position = (
+            Position.from_token(self.state.stream.position) if self.state.stream.position else None
+        )
+        self._touched: set[str] = set()  # signal ids of snapshots this run worked on
+        self._target: int | None = None  # the log end --until-caught-up waits for
+        self._last_progress_request = 0.0
+        self._in_txn = False  # a transaction's changes are being handed over
+
+    # ---------------------------------------------------------------- running
+
+    def run(
+        self, *, until_caught_up: bool = False, should_stop: Callable[[], bool] | None = None
+    ) -> int:
+        """Stream until ``should_stop`` (or, with ``until_caught_up``, until caught up).
+
+        Returns the exit code: 0 when every snapshot this run worked on is done, 2 when one
+        failed, was stopped or is paused (the CLI's contract for ``--until-caught-up``).
+        """
+        self._sink.open(self.state.sink or None)
+        self._resume_unfinished()
+        reader = self._open_reader(self.state.stream.resume, self._key_columns_of)
+        self._reader = reader
+        worker = ChunkWorker(self._dialect, self._hooks)
+        self._worker = worker
+        try:
+            while True:
+                if should_stop is not None and should_stop():
+                    self._finish_transaction()
+                    break
+                for item in reader.read(READ_TIMEOUT_S):
+                    self._handle(item)
+                for result in worker.poll():
+                    self._on_result(result)
+                self._schedule()
+                self._maybe_checkpoint()
+                self._collect_acks()
+                if until_caught_up and self._caught_up():
+                    break
+        finally:
+            worker.stop()
+            self._shutdown()
+        return self._exit_code()
+
+    def _finish_transaction(self, timeout: float = 30.0) -> None:
+        """Read on to the end of the transaction being handed over, so the final checkpoint
+        falls on a boundary (the rest of it is already on its way: the log sends committed
+        transactions only)."""
+        deadline = time.monotonic() + timeout
+        while self._in_txn and time.monotonic() < deadline:
+            for item in self._reader.read(READ_TIMEOUT_S):
+                self._handle(item)
+
+    def _resume_unfinished(self) -> None:
+        for progress in self.state.snapshots:
+            if not progress.status.finished:
+                self._touched.add(progress.signal_id)
+                log.info(
+                    "resuming snapshot of %s (%s) after key %s",
+                    progress.table,
+                    progress.status.value,
+                    progress.last_read_key,
+                )
+
+    def _shutdown(self) -> None:
+        """Checkpoint at the last transaction boundary, wait for the sink, save state."""
+        try:
+            if self._boundary is not None and self._dirty:
+                self._checkpoint()
+            self._sink.close()
+            self._collect_acks()
+        finally:
+            self._reader.close()
+            self._dialect.close()
+
+    def _exit_code(self) -> int:
+        touched = [p for p in self.state.snapshots if p.signal_id in self._touched]
+        if any(p.status is not SnapshotStatus.DONE for p in touched):
+            return 2
+        return 0
+
+    # ---------------------------------------------------------------- log items
+
+    def _handle(self, item: LogItem) -> None:
+        if isinstance(item, Change):
+            self._on_change(item)
+        elif isinstance(item, Commit):
+            self._on_commit(item)
+        elif isinstance(item, TableShape):
+            self._on_shape(item)
+        elif isinstance(item, Progress):
+            self._on_log_progress(item)
+        elif isinstance(item, Notice):
+            log.warning("%s%s", f"{item.table}: " if item.table else "", item.message)
+
+    def _replayed(self, position: Position) -> bool:
+        # After a restart the log resends from the slot's confirmed point, which may be
+        # before what state saved: skip what the sink already has.
+        return self._saved_position is not None and position <= self._saved_position
+
+    def _on_change(self, change: Change) -> None:
+        event = change.event
+        self._in_txn = True
+        if self._replayed(event.position):
+            return
+        if event.table == self._signal_table:
+            if event.op is Op.CREATE and event.after is not None:
+                self._on_signal_row(event)
+            return
+        if self._recording():
+            self._history.touch(change.xid, event.table, self._window_keys(event))
+        for flight in self._flights_of(event.table):
+            try:
+                flight.task.window.observe(event)
+            except ValueError as exc:  # WindowKeyError: the log's key does not fit the chunk's
+                progress = self.state.progress(event.table)
+                if progress is not None:
+                    self._fail(self._run_of(progress), str(exc))
+        self._sink.write([event])
+
+    def _window_keys(self, event: ChangeEvent) -> list[Key]:
+        if event.op is Op.TRUNCATE:
+            return []
+        columns = self._snapshot_key_columns(event.table)
+        keys = []
+        for row in (event.before, event.after):
+            if row is not None and columns is not None and all(c in row for c in columns):
+                keys.append(tuple(row[c] for c in columns))
+        if columns is None and event.key is not None:
+            keys.append(event.key)
+        return keys
+
+    def _on_commit(self, commit: Commit) -> None:
+        self._in_txn = False
+        self._history.commit(commit.xid, commit.position)
+        if self._replayed(commit.position):
+            return
+        self._boundary = commit.resume
+        self._boundary_offset = int(commit.resume.get("lsn", 0))
+        self.state.stream.position = commit.position.token
+        self.state.stream.resume = dict(commit.resume)
+        self._dirty = True
+        if self._due():
+            self._checkpoint()
+
+    def _on_log_progress(self, progress: Progress) -> None:
+        self._in_txn = False
+        if progress.log_offset <= self._boundary_offset:
+            self._boundary_offset = max(self._boundary_offset, progress.log_offset)
+            return
+        # Idle log (or traffic only in tables we do not capture): move the restart point on,
+        # so the slot is confirmed and the database can free WAL.
+        self._boundary = progress.resume
+        self._boundary_offset = progress.log_offset
+        self.state.stream.resume = dict(progress.resume)
+        self._dirty = True
+
+    def _on_shape(self, shape: TableShape) -> None:
+        previous = self._shapes.get(shape.table)
+        self._shapes[shape.table] = shape
+        for run in self._runs.values():
+            if run.progress.table != shape.table or run.schema is None:
+                continue
+            if run.progress.status.finished:
+                continue
+            if shape.columns != run.schema.signature():
+                self._fail(
+                    run,
+                    "the table's columns changed while its snapshot ran "
+                    f"({_shape_change(run.schema.signature(), shape.columns)}); chunk rows "
+                    "would no longer match the log's. Send execute-snapshot again to "
+                    "snapshot it with its new columns",
+                )
+        if previous is not None and previous.columns != shape.columns:
+            log.info("%s: columns changed in the log", shape.table)
+
+    # ---------------------------------------------------------------- signals
+
+    def _on_signal_row(self, event: ChangeEvent) -> None:
+        row = event.after or {}
+        signal = parse_signal(row.get("id"), row.get("type"), row.get("data"))
+        if isinstance(signal, Watermark):
+            self._on_watermark(signal, event)
+            return
+        if isinstance(signal, SignalError):
+            self._problem(signal.signal_id, signal.signal_type, signal.problem, event.position)
+            return
+        if self.state.was_processed(signal.id, event.position):
+            return
+        self.state.mark_processed(signal.id, event.position)
+        self._dirty = True
+        log.info("signal %s (%s) received", signal.id, signal.type.value)
+        if isinstance(signal, ExecuteSnapshot):
+            self._execute(signal, event.position)
+        elif isinstance(signal, StopSnapshot):
+            self._stop(signal)
+        elif isinstance(signal, PauseSnapshot):
+            self._pause(signal, event.position)
+        elif isinstance(signal, ResumeSnapshot):
+            self._resume(signal, event.position)
+        elif isinstance(signal, LogSignal):
+            log.info("log signal %s: %s", signal.id, signal.message)
+
+    def _problem(self, signal_id: str, kind: str, message: str, position: Position) -> None:
+        log.error("signal %s (%s): %s", signal_id, kind, message)
+        self.state.add_problem(
+            SignalProblem(
+                signal_id=signal_id, signal_type=kind, message=message, position=position.token
+            )
+        )
+        self._dirty = True
+
+    def _captured(self, table: TableId) -> bool:
+        return any(_selects(p, table) for p in self._patterns)
+
+    def _execute(self, signal: ExecuteSnapshot, position: Position) -> None:
+        schema = self._source.default_schema
+        try:
+            known = self._dialect.list_tables()
+        except Exception as exc:
+            self._problem(signal.id, signal.type.value, f"cannot list tables: {exc}", position)
+            return
+        for selector in signal.data_collections:
+            selector = _default_schema(selector, schema)
+            if isinstance(selector, TableId):
+                tables = [selector]
+            else:
+                tables = sorted(t for t in known if selector.matches(t))
+                if not tables:
+                    self._problem(
+                        signal.id,
+                        signal.type.value,
+                        f"pattern {selector} matches no table",
+                        position,
+                    )
+                    continue
+            for table in tables:
+                self._add_snapshot(signal, table, known, position)
+
+    def _add_snapshot(
+        self, signal: ExecuteSnapshot, table: TableId, known: list[TableId], position: Position
+    ) -> None:
+        condition = next(
+            (
+                c.filter
+                for c in signal.additional_conditions
+                if _selects(_default_schema(c.data_collection, self._source.default_schema), table)
+            ),
+            None,
+        )
+        busy = next(
+            (p for p in self.state.snapshots if p.table == table and not p.status.finished), None
+        )
+        if busy is not None:
+            self._problem(
+                signal.id,
+                signal.type.value,
+                f"{table} is already being snapshotted (signal {busy.signal_id}, "
+                f"{busy.status.value}); stop that snapshot first to start it over",
+                position,
+            )
+            return
+        progress = TableProgress(
+            table=table,
+            signal_id=signal.id,
+            surrogate_key=signal.surrogate_key,
+            filter=condition,
+        )
+        self.state.add(progress)
+        self._touched.add(signal.id)
+        reason = None
+        if table == self._signal_table:
+            reason = "the signal table itself cannot be snapshotted"
+        elif not self._captured(table):
+            reason = (
+                f"table {table} is not captured: add it (or a pattern matching it) to "
+                f"`tables` in the [source] section of the config (source.tables = "
+                f"{self._source.tables!r})"
+            )
+        elif table not in known:
+            reason = f"table {table} does not exist (or the user cannot see it)"
+        if reason is not None:
+            progress.fail(reason)
+            log.error("snapshot of %s refused: %s", table, reason)
+            return
+        log.info("snapshot of %s queued (signal %s)", table, signal.id)
+
+    def _matching(self, selectors: Iterable[TableSelector]) -> list[TableProgress]:
+        chosen = [_default_schema(s, self._source.default_schema) for s in selectors]
+        return [
+            p
+            for p in self.state.snapshots
+            if not p.status.finished and (not chosen or any(_selects(s, p.table) for s in chosen))
+        ]
+
+    def _stop(self, signal: StopSnapshot) -> None:
+        for progress in self._matching(signal.data_collections):
+            progress.stop()
+            self._drop_run(progress)
+            log.info("snapshot of %s stopped by signal %s", progress.table, signal.id)
+
+    def _pause(self, signal: PauseSnapshot, position: Position) -> None:
+        try:
+            self.state.pause()
+        except StateError as exc:
+            self._problem(signal.id, signal.type.value, str(exc), position)
+            return
+        log.info("incremental snapshots paused by signal %s", signal.id)
+
+    def _resume(self, signal: ResumeSnapshot, position: Position) -> None:
+        try:
+            self.state.resume()
+        except StateError as exc:
+            self._problem(signal.id, signal.type.value, str(exc), position)
+            return
+        log.info("incremental snapshots resumed by signal %s", signal.id)
+
+    # ---------------------------------------------------------------- windows
+
+    def _run_of(self, progress: TableProgress) -> _TableRun:
+        key = f"{progress.signal_id}\x00{progress.table}"
+        run = self._runs.get(key)
+        if run is None or run.progress is not progress:
+            run = self._runs[key] = _TableRun(progress, cursor=progress.last_read_key)
+            run.next_number = progress.chunk_id + 1
+        return run
+
+    def _drop_run(self, progress: TableProgress) -> None:
+        run = self._runs.pop(f"{progress.signal_id}\x00{progress.table}", None)
+        if run is not None:
+            for window_id in run.flights:
+                self._windows.pop(window_id, None)
+
+    def _flights_of(self, table: TableId) -> list[_Flight]:
+        return [f for f in self._windows.values() if f.task.table == table]
+
+    def _fail(self, run: _TableRun, error: str) -> None:
+        if not run.progress.status.finished:
+            run.progress.fail(error)
+        self._dirty = True
+        self._drop_run(run.progress)
+        log.error("snapshot of %s failed: %s", run.progress.table, error)
+
+    def _schedule(self) -> None:
+        """Give the worker its next task: start the active table, or read its next chunk."""
+        if self._worker.busy:
+            return
+        progress = self.state.active()
+        if progress is None:
+            if not self._windows and self._history.size:
+                self._history.clear()
+            return
+        run = self._run_of(progress)
+        if run.schema is None:
+            if not run.starting:
+                run.starting = True
+                self._worker.submit(
+                    StartTask(
+                        progress.table,
+                        progress.signal_id,
+                        progress.surrogate_key,
+                        progress.filter,
+                        known_max_key=progress.status is SnapshotStatus.RUNNING,
+                    )
+                )
+            return
+        if run.exhausted or run.reading or len(run.flights) >= WINDOWS_IN_FLIGHT:
+            return
+        assert progress.max_key is not None
+        window_id = _new_window_id()
+        task = ChunkTask(
+            table=progress.table,
+            signal_id=progress.signal_id,
+            number=run.next_number,
+            window=ChunkWindow(window_id, progress.table, progress.key_columns),
+            schema=run.schema,
+            after=run.cursor,
+            upto=progress.max_key,
+            condition=progress.filter,
+            limit=self._source.chunk_size,
+        )
+        # Rule 1: register the window before the worker writes its open watermark.
+        self._windows[window_id] = _Flight(task)
+        run.flights.append(window_id)
+        run.awaiting.add(window_id)
+        run.reading = True
+        run.next_number += 1
+        self._worker.submit(task)
+
+    def _on_result(self, result: TableStarted | ChunkRead | TaskFailed) -> None:
+        task = result.task
+        progress = self.state.progress(task.table)
+        if progress is None or progress.signal_id != task.signal_id or progress.status.finished:
+            return  # stopped or failed meanwhile
+        run = self._run_of(progress)
+        if isinstance(result, TaskFailed):
+            self._fail(run, result.error)
+            return
+        if isinstance(result, TableStarted):
+            run.starting = False
+            run.schema = result.schema
+            run.convert = self._dialect.row_converter(result.schema)
+            self._key_columns[task.table] = result.key_columns
+            if progress.status is SnapshotStatus.PENDING:
+                progress.key_columns = list(result.key_columns)
+                progress.start(result.max_key)
+                self._dirty = True
+                done = progress.status.finished  # an empty table is done at once
+                log.info(
+                    "snapshot of %s started: key %s, maximum key %s",
+                    task.table,
+                    ", ".join(result.key_columns),
+                    result.max_key,
+                )
+                if done:
+                    log.info("snapshot of %s done: no rows to read", task.table)
+                    self._drop_run(progress)
+            elif tuple(progress.key_columns) != result.key_columns:
+                self._fail(
+                    run,
+                    f"its key is now ({', '.join(result.key_columns)}) but the snapshot "
+                    f"was paging by ({', '.join(progress.key_columns)})",
+                )
+            return
+        assert isinstance(task, ChunkTask)
+        run.reading = False
+        if task.window.window_id not in run.awaiting:
+            return  # voided by a re-read
+        run.awaiting.discard(task.window.window_id)
+        # The close watermark may already have been handled (the log can be faster than
+        # this result): the cursor moves on either way.
+        if result.last_key is not None:
+            run.cursor = result.last_key
+        if result.selected < task.limit or result.last_key == progress.max_key:
+            run.exhausted = True
+        log.debug("chunk %d of %s: %d rows selected", task.number, task.table, result.selected)
+
+    def _on_watermark(self, watermark: Watermark, event: ChangeEvent) -> None:
+        flight = self._windows.get(watermark.window_id)
+        if flight is None:
+            return  # a window of an earlier run, or of a snapshot stopped meanwhile
+        window = flight.task.window
+        if watermark.kind is WatermarkKind.OPEN:
+            window.open(event.position)
+            return
+        self._close(flight, event)
+
+    def _close(self, flight: _Flight, event: ChangeEvent) -> None:
+        task, window = flight.task, flight.task.window
+        progress = self.state.progress(task.table)
+        del self._windows[window.window_id]
+        if progress is None or progress.signal_id != task.signal_id or progress.status.finished:
+            return
+        run = self._run_of(progress)
+        if window.window_id in run.flights:
+            run.flights.remove(window.window_id)
+        if window.visibility is not None and window.opened_at is not None:
+            # Rule 4 (PostgreSQL): transactions logged before the open watermark that the
+            # chunk's snapshot did not see made some chunk rows stale: drop those keys.
+            stale = self._history.stale_keys(task.table, window.visibility, window.opened_at)
+            self._history.prune(window.visibility)
+            if stale is None:
+                log.info("chunk %d of %s: re-read (history too short)", task.number, task.table)
+                self._reread(run)
+                return
+            if stale:
+                window.drop(stale)
+        batch = window.close(event.position)
+        # Rule 5: the close watermark is an output barrier: the survivors go to the sink now,
+        # before the engine handles any log item after the watermark.
+        self._sink.write(list(batch.events(event.source, _now_ms(), run.convert)))
+        progress.chunk_done(
+            last_key=batch.last_key,
+            selected=batch.selected,
+            emitted=batch.rows.num_rows,
+            chunk_size=task.limit,
+        )
+        self._dirty = True
+        log.debug(
+            "chunk %d of %s: close watermark seen, %d emitted, %d dropped by the log",
+            task.number,
+            task.table,
+            batch.rows.num_rows,
+            batch.dropped,
+        )
+        now = time.monotonic()
+        if now - run.reported >= REPORT_INTERVAL_S and progress.status is not SnapshotStatus.DONE:
+            run.reported = now
+            log.info(
+                "snapshot of %s: %d chunks, %d rows, next after key %s",
+                task.table,
+                progress.chunk_id,
+                progress.rows_emitted,
+                progress.last_read_key,
+            )
+        if progress.status is SnapshotStatus.DONE:
+            log.info(
+                "snapshot of %s done: %d rows in %d chunks",
+                task.table,
+                progress.rows_emitted,
+                progress.chunk_id,
+            )
+            self._drop_run(progress)
+        if self._on_progress is not None:
+            self._on_progress(self.state)
+
+    def _reread(self, run: _TableRun) -> None:
+        """Forget the table's windows and read again from the last durable chunk."""
+        for window_id in run.flights:
+            self._windows.pop(window_id, None)
+        run.flights.clear()
+        run.awaiting.clear()
+        run.cursor = run.progress.last_read_key
+        run.exhausted = False
+        run.next_number = run.progress.chunk_id + 1
+
+    # ---------------------------------------------------------------- keys
+
+    def _snapshot_key_columns(self, table: TableId) -> tuple[str, ...] | None:
+        return self._key_columns.get(table)
+
+    def _key_columns_of(self, table: TableId) -> Sequence[str] | None:
+        """The key of a table's events: the paging key when a snapshot described the table,
+        else its primary key (described once, here, on first sight)."""
+        if table in self._key_columns:
+            return self._key_columns[table]
+        if table == self._signal_table:
+            return ("id",)
+        try:
+            schema = self._dialect.describe(table)
+        except Exception:
+            return None
+        if schema.primary_key:
+            self._key_columns[table] = schema.primary_key
+            return schema.primary_key
+        return None
+
+    def key_names(self, table: TableId) -> Sequence[str]:
+        """Column names of an event's ``key`` (for sinks that write a key object)."""
+        columns = self._key_columns_of(table)
+        if columns:
+            return columns
+        shape = self._shapes.get(table)
+        return tuple(name for name, _ in shape.columns) if shape else ()
+
+    def _recording(self) -> bool:
+        return self.state.active() is not None or bool(self._windows)
+
+    # ---------------------------------------------------------------- checkpoints
+
+    def _due(self) -> bool:
+        return time.monotonic() - self._last_checkpoint >= CHECKPOINT_INTERVAL_S
+
+    def _maybe_checkpoint(self) -> None:
+        if self._dirty and self._boundary is not None and not self._in_txn and self._due():
+            self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        """Ask the sink to make everything so far durable; keep the state that goes with it.
+
+        Only called at a transaction boundary (after a Commit or an idle Progress), so the
+        state's stream position and the sink's content describe the same point."""
+        assert self._boundary is not None
+        snapshot = self.state.model_copy(deep=True)
+        checkpoint = self._sink.checkpoint()
+        self._pending[checkpoint] = _Pending(snapshot, dict(self._boundary))
+        self._last_checkpoint = time.monotonic()
+        self._dirty = False
+
+    def _collect_acks(self) -> None:
+        newest: _Pending | None = None
+        for ack in self._sink.acknowledged():
+            pending = self._pending.pop(ack.checkpoint, None)
+            if pending is None:
+                continue
+            pending.state.sink = dict(ack.resume)
+            newest = pending
+        if newest is None:
+            return
+        if newest.state.stream.position:
+            newest.state.prune_processed(Position.from_token(newest.state.stream.position))
+        self._store.save(newest.state)
+        self._reader.confirm(newest.resume)
+
+    # ---------------------------------------------------------------- caught up
+
+    def _caught_up(self) -> bool:
+        if self.state.active() is not None or self._windows or self._worker.busy:
+            self._target = None
+            return False
+        if self._target is None:
+            self._target = self._reader.log_end()
+        if self._boundary_offset < self._target:
+            now = time.monotonic()
+            if now - self._last_progress_request > 0.2:
+                self._reader.request_progress()
+                self._last_progress_request = now
+            return False
+        if self._dirty and self._boundary is not None and not self._in_txn:
+            self._checkpoint()
+        self._collect_acks()
+        return not self._pending and not self._in_txn
+
+
+def _default_schema(selector: TableSelector, schema: str) -> TableSelector:
+    return selector.with_default_schema(schema) if isinstance(selector, TableId) else selector
+
+
+def _selects(selector: TableSelector, table: TableId) -> bool:
+    if isinstance(selector, TablePattern):
+        return selector.matches(table)
+    return selector == table
+
+
+def _shape_change(old: Sequence[tuple[str, int]], new: Sequence[tuple[str, int]]) -> str:
+    old_names, new_names = [n for n, _ in old], [n for n, _ in new]
+    parts = []
+    added = [n for n in new_names if n not in old_names]
+    removed = [n for n in old_names if n not in new_names]
+    if added:
+        parts.append("added " + ", ".join(added))
+    if removed:
+        parts.append("removed " + ", ".join(removed))
+    if not parts:
+        parts.append("column types changed")
+    return "; ".join(parts)
+
+
+def _new_window_id() -> str:
+    import uuid
+
+    return str(uuid.uuid4())
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+__all__ = ["Engine", "EngineStop", "PhaseHooks", "WindowPhase"]

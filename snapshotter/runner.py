@@ -1,0 +1,118 @@
+"""Wiring: build the engine for a config (PostgreSQL dialect and log reader, sink, state)
+and run it until a signal asks it to stop. The CLI's ``run`` and ``resume`` use this; tests
+use it to run an engine in a thread with phase hooks."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from signals.names import TableId
+from snapshotter.chunk_worker import PhaseHooks
+from snapshotter.config import Config
+from snapshotter.connect import sqlalchemy_url
+from snapshotter.core.state import EngineState
+from snapshotter.dialects.postgres import PostgresDialect
+from snapshotter.engine import Engine
+from snapshotter.logs.base import LogReader
+from snapshotter.logs.pg_decoder import PgOutputDecoder
+from snapshotter.logs.pg_reader import PgLogReader
+from snapshotter.sinks.base import Sink
+from snapshotter.sinks.jsonl import JsonlSink
+from snapshotter.state_store import StateStore
+
+STATE_FILE = "state.json"
+
+
+def state_path(config: Config) -> Path:
+    return config.state.dir / STATE_FILE
+
+
+def libpq_url(config: Config) -> str:
+    """The source URL as libpq (psycopg) takes it."""
+    url = sa.make_url(config.source.url).set(drivername="postgresql")
+    return url.render_as_string(hide_password=False)
+
+
+def build_engine(
+    config: Config,
+    *,
+    hooks: PhaseHooks | None = None,
+    sink: Sink | None = None,
+    on_progress: Callable[[EngineState], None] | None = None,
+) -> tuple[Engine, StateStore]:
+    source = config.source
+    dialect = PostgresDialect(
+        sqlalchemy_url(source),
+        signal_table=source.signal_table_id,
+        publication=source.publication,
+    )
+    store = StateStore(state_path(config))
+    holder: list[Engine] = []
+
+    def key_names(table: TableId) -> Sequence[str]:
+        return holder[0].key_names(table)
+
+    def open_reader(
+        resume: Mapping[str, Any], key_columns: Callable[[TableId], Sequence[str] | None]
+    ) -> LogReader:
+        decoder = PgOutputDecoder(
+            name=source.topic_prefix, database=dialect.database, key_columns=key_columns
+        )
+        return PgLogReader(
+            libpq_url(config),
+            slot=source.slot,
+            publication=source.publication,
+            decoder=decoder,
+            start_lsn=int(resume.get("lsn", 0)),
+        )
+
+    engine = Engine(
+        config=config,
+        dialect=dialect,
+        open_reader=open_reader,
+        sink=sink or JsonlSink(config.sink.path, source.topic_prefix, key_columns=key_names),
+        store=store,
+        hooks=hooks,
+        on_progress=on_progress,
+    )
+    holder.append(engine)
+    return engine, store
+
+
+class StopFlag:
+    """Set by SIGINT/SIGTERM (or by a test); the engine checks it between reads."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    def __call__(self) -> bool:
+        return self._event.is_set()
+
+    def install(self) -> None:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: self._event.set())
+
+
+def run_engine(
+    config: Config,
+    *,
+    until_caught_up: bool = False,
+    stop: StopFlag | None = None,
+    hooks: PhaseHooks | None = None,
+    sink: Sink | None = None,
+    on_progress: Callable[[EngineState], None] | None = None,
+) -> int:
+    """Lock the state directory, then stream; returns the engine's exit code."""
+    config.state.dir.mkdir(parents=True, exist_ok=True)
+    engine, store = build_engine(config, hooks=hooks, sink=sink, on_progress=on_progress)
+    with store:
+        return engine.run(until_caught_up=until_caught_up, should_stop=stop)

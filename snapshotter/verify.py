@@ -1,0 +1,347 @@
+"""The convergence check: replayed as current state, does the sink's output equal the table?
+
+Both sides are turned into plain JSON values before they are compared: the output by reading
+its JSON lines, the table by encoding its rows (in the value model, read with the same
+loaders the engine uses) with the sink's own encoder, :func:`snapshotter.sinks.jsonl.
+encode_row`, and parsing the result. A value therefore matches exactly when the engine would
+have written the same JSON for it, and JSON documents compare as parsed JSON (key order and
+whitespace do not matter, types do: ``1`` is not ``true``).
+
+Replaying the output (:func:`materialize`) follows the file order for one topic: c/u/r upsert
+the row under its key, d removes it, t clears every row. Along the way each key's
+``source.pos`` must never go back: a key whose position decreases means events for it were
+written out of log order, which can converge by luck today and diverge tomorrow.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import pq, sql
+from psycopg.rows import tuple_row
+
+from signals.names import TableId
+from snapshotter.core.values import UNAVAILABLE_VALUE
+from snapshotter.dialects import pg_types
+from snapshotter.sinks.jsonl import encode_row
+
+
+class VerifyError(ValueError):
+    """Input the check cannot read (a malformed line, a duplicate table key...)."""
+
+
+def canonical(value: Any) -> str:
+    """A JSON value as one canonical text: equal texts mean equal JSON values."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+# --- the output side ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PosViolation:
+    """An event whose ``source.pos`` is lower than the previous event's for the same key."""
+
+    key: Mapping[str, Any]
+    previous: str
+    pos: str
+    line: int  # 1-based line number in the file
+
+
+@dataclass(slots=True)
+class Materialized:
+    """One topic of a JSONL file replayed as current state."""
+
+    topic: str
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)  # canonical key -> after
+    keys: dict[str, dict[str, Any]] = field(default_factory=dict)  # canonical key -> key object
+    ops: Counter[str] = field(default_factory=Counter)  # events of the topic per op
+    pos_violations: list[PosViolation] = field(default_factory=list)
+
+    @property
+    def events(self) -> int:
+        return sum(self.ops.values())
+
+
+def materialize(path: str | Path, topic: str) -> Materialized:
+    """Replay the events of ``topic`` in ``path`` (a :class:`JsonlSink` file) in file order.
+
+    A column holding Debezium's unavailable-value placeholder (PostgreSQL's unchanged TOAST
+    value under a replica identity that does not log it) keeps the value the key had before,
+    as a consumer of Debezium's events must; the placeholder stays only if there was none.
+    """
+    out = Materialized(topic)
+    # Lines of other topics are skipped without parsing; the sink writes the topic first.
+    ours = ('{"topic":' + json.dumps(topic, ensure_ascii=False) + ",").encode("utf-8")
+    sink_line = b'{"topic":"'
+    last_pos: dict[str, str] = {}
+    # Binary mode: lines end only at b"\n" (text mode would also split at a raw CR).
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, 1):
+            if not line.endswith(b"\n"):
+                raise VerifyError(f"{path}:{number}: the last line is incomplete")
+            if not line.startswith(ours) and line.startswith(sink_line):
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as exc:
+                raise VerifyError(f"{path}:{number}: not JSON: {exc}") from None
+            if not isinstance(record, dict) or record.get("topic") != topic:
+                continue
+            _apply(out, last_pos, record, f"{path}:{number}", number)
+    return out
+
+
+def _apply(
+    out: Materialized, last_pos: dict[str, str], record: dict[str, Any], where: str, line: int
+) -> None:
+    try:
+        value = record["value"]
+        op = value["op"]
+        key = record["key"]
+        pos = value["source"]["pos"]
+    except (KeyError, TypeError):
+        raise VerifyError(
+            f"{where}: not a sink event (no key, value.op or value.source.pos)"
+        ) from None
+    out.ops[op] += 1
+    if op == "t":
+        out.rows.clear()
+        out.keys.clear()
+        return
+    if not isinstance(key, dict) or op not in ("c", "u", "r", "d"):
+        raise VerifyError(f"{where}: an {op!r} event with key {key!r}")
+    ck = canonical(key)
+    previous = last_pos.get(ck)
+    if previous is not None and pos < previous:  # fixed-width tokens: text order = log order
+        out.pos_violations.append(PosViolation(key, previous, pos, line))
+    last_pos[ck] = pos
+    if op == "d":
+        out.rows.pop(ck, None)
+        out.keys.pop(ck, None)
+        return
+    after = value.get("after")
+    if not isinstance(after, dict):
+        raise VerifyError(f"{where}: an {op!r} event without an 'after' row")
+    old = out.rows.get(ck)
+    if old is not None and UNAVAILABLE_VALUE in after.values():
+        after = {c: old.get(c, v) if v == UNAVAILABLE_VALUE else v for c, v in after.items()}
+    out.rows[ck] = after
+    out.keys[ck] = key
+
+
+# --- the table side -----------------------------------------------------------------------
+
+
+def as_json_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row of the value model as the plain JSON values the sink would write for it."""
+    decoded: dict[str, Any] = json.loads(encode_row(row))
+    return decoded
+
+
+_TEXT_OID = 25  # what CAST(c AS text) returns
+
+
+def read_table_rows(
+    conn: psycopg.Connection[Any],
+    table: TableId,
+    columns: Sequence[tuple[str, int]],
+    *,
+    batch: int = 5000,
+) -> Iterator[dict[str, Any]]:
+    """Every row of ``table`` in the value model, read as the engine reads chunks.
+
+    ``columns`` are (name, type OID) pairs. Open the connection with
+    ``context=pg_types.LoadContext()``; a connection whose loaders differ from the engine's
+    for these columns is refused. Columns without a native loader are read as
+    ``CAST(c AS text)``, the type's output function, as the chunk reader does, and JSON
+    becomes :class:`RawJson` through ``pg_types.finish_value``. Rows are streamed through a
+    cursor, in no particular order.
+    """
+    if table.schema is None:
+        raise ValueError(f"table {table} has no schema")
+    # What matters is that every value loads as in the engine: check the loaders this query
+    # uses (psycopg's defaults agree for these types; a connection-level customisation would
+    # not, and would make the check compare something else than what the engine emits).
+    engine = pg_types.adapters()
+    for name, oid in columns:
+        loaded_as = oid if pg_types.loaded_natively(oid) else _TEXT_OID
+        mine = conn.adapters.get_loader(loaded_as, pq.Format.TEXT)
+        if mine is not engine.get_loader(loaded_as, pq.Format.TEXT):
+            raise ValueError(
+                f"column {name!r} would not load as the engine loads it: open the connection "
+                "with context=snapshotter.dialects.pg_types.LoadContext()"
+            )
+    selected = sql.SQL(", ").join(
+        sql.Identifier(name)
+        if pg_types.loaded_natively(oid)
+        else sql.SQL("CAST({} AS text) AS {}").format(sql.Identifier(name), sql.Identifier(name))
+        for name, oid in columns
+    )
+    query = sql.SQL("SELECT {} FROM {}").format(selected, sql.Identifier(table.schema, table.table))
+    names = [name for name, _ in columns]
+    oids = [oid for _, oid in columns]
+    # Streamed, not a server-side cursor: psycopg's FETCH sends its row count as a bound
+    # literal, and a LoadContext connection has loaders only (no dumpers). libpq 17+ can
+    # stream in chunks, which is much faster than row by row.
+    size = batch if pq.version() >= 170000 else 1
+    cur = conn.cursor(row_factory=tuple_row)
+    with cur:
+        for record in cur.stream(query, size=size):
+            yield {
+                name: pg_types.finish_value(oid, v)
+                for name, oid, v in zip(names, oids, record, strict=True)
+            }
+
+
+# --- the comparison -----------------------------------------------------------------------
+
+
+class _Absent:
+    """A column one side does not have."""
+
+    def __repr__(self) -> str:
+        return "(absent)"
+
+
+ABSENT: Any = _Absent()
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnDiff:
+    column: str
+    table: Any  # JSON value, or ABSENT
+    output: Any  # JSON value, or ABSENT
+
+
+@dataclass(frozen=True, slots=True)
+class RowDiff:
+    key: Mapping[str, Any]
+    columns: tuple[ColumnDiff, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    topic: str
+    table_rows: int
+    output_rows: int
+    missing: int  # keys in the table, not in the output
+    extra: int  # keys in the output, not in the table
+    differing: int  # keys in both, with different rows
+    missing_examples: tuple[Mapping[str, Any], ...]
+    extra_examples: tuple[Mapping[str, Any], ...]
+    differing_examples: tuple[RowDiff, ...]
+    pos_violations: tuple[PosViolation, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not (self.missing or self.extra or self.differing or self.pos_violations)
+
+    def render(self) -> str:
+        if self.ok:
+            return f"converged: {self.table_rows} rows match"
+        counts = [
+            f"{n} {label}"
+            for n, label in (
+                (self.missing, "missing"),
+                (self.extra, "extra"),
+                (self.differing, "differ"),
+                (len(self.pos_violations), "position regressions"),
+            )
+            if n
+        ]
+        lines = [
+            f"NOT converged: {', '.join(counts)} "
+            f"(table {self.table_rows} rows, output {self.output_rows} rows)"
+        ]
+        for key in self.missing_examples:
+            lines.append(f"  missing: key {_show(key)} is in the table, not in the output")
+        for key in self.extra_examples:
+            lines.append(f"  extra: key {_show(key)} is in the output, not in the table")
+        for diff in self.differing_examples:
+            columns = "; ".join(
+                f"column {c.column}: table {_show(c.table)}, output {_show(c.output)}"
+                for c in diff.columns
+            )
+            lines.append(f"  differ: key {_show(diff.key)}: {columns}")
+        for v in self.pos_violations[:5]:
+            lines.append(
+                f"  position went back: key {_show(v.key)}: pos {v.pos} after {v.previous} "
+                f"(line {v.line})"
+            )
+        return "\n".join(lines)
+
+
+def _show(value: Any, limit: int = 120) -> str:
+    text = "(absent)" if value is ABSENT else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def compare(
+    materialized: Materialized,
+    expected_rows: Iterable[Mapping[str, Any]],
+    key_columns: Sequence[str],
+    *,
+    examples: int = 5,
+) -> Verdict:
+    """Compare the table's rows (in the value model) with the replayed output.
+
+    Table rows are streamed: only their canonical keys are kept, not the rows.
+    """
+    if not key_columns:
+        raise ValueError("the comparison needs the table's key columns")
+    seen: set[str] = set()
+    missing: list[Mapping[str, Any]] = []
+    differing: list[RowDiff] = []
+    n_missing = n_differing = n_table = 0
+    for row in expected_rows:
+        n_table += 1
+        expected = as_json_row(row)
+        try:
+            key = {c: expected[c] for c in key_columns}
+        except KeyError as exc:
+            raise VerifyError(f"a table row has no key column {exc.args[0]!r}") from None
+        ck = canonical(key)
+        if ck in seen:
+            raise VerifyError(f"the table has key {_show(key)} twice; is it really the key?")
+        seen.add(ck)
+        actual = materialized.rows.get(ck)
+        if actual is None:
+            n_missing += 1
+            if len(missing) < examples:
+                missing.append(key)
+            continue
+        if canonical(expected) != canonical(actual):
+            n_differing += 1
+            if len(differing) < examples:
+                differing.append(RowDiff(key, _column_diffs(expected, actual)))
+    extra_keys = [ck for ck in materialized.rows if ck not in seen]
+    return Verdict(
+        topic=materialized.topic,
+        table_rows=n_table,
+        output_rows=len(materialized.rows),
+        missing=n_missing,
+        extra=len(extra_keys),
+        differing=n_differing,
+        missing_examples=tuple(missing),
+        extra_examples=tuple(materialized.keys[ck] for ck in extra_keys[:examples]),
+        differing_examples=tuple(differing),
+        pos_violations=tuple(materialized.pos_violations),
+    )
+
+
+def _column_diffs(expected: dict[str, Any], actual: dict[str, Any]) -> tuple[ColumnDiff, ...]:
+    columns = list(expected) + [c for c in actual if c not in expected]
+    diffs = []
+    for column in columns:
+        a = expected.get(column, ABSENT)
+        b = actual.get(column, ABSENT)
+        if a is ABSENT or b is ABSENT or canonical(a) != canonical(b):
+            diffs.append(ColumnDiff(column, a, b))
+    return tuple(diffs)

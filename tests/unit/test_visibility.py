@@ -1,0 +1,132 @@
+"""The PostgreSQL visibility rule: rows a chunk read stale because a transaction logged
+before the open watermark was not yet visible to the chunk's snapshot."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from signals.names import TableId
+from snapshotter.core.position import Position
+from snapshotter.core.visibility import PgSnapshot, RecentTransactions, widen_xid
+
+T = TableId("public", "t")
+U = TableId("public", "u")
+
+
+def test_parse_and_sees() -> None:
+    snap = PgSnapshot.parse("100:110:102,105")
+    assert (snap.xmin, snap.xmax, snap.xip) == (100, 110, frozenset({102, 105}))
+    assert snap.sees(99)  # before xmin: committed before the snapshot
+    assert snap.sees(101)
+    assert not snap.sees(102)  # in progress when the snapshot was taken
+    assert not snap.sees(105)
+    assert not snap.sees(110)  # at xmax: started after
+    assert not snap.sees(200)
+    assert snap.sees(2)  # frozen
+    assert snap.settled(99) and not snap.settled(100)
+
+
+@pytest.mark.parametrize("text", ["", "1:2", "a:b:", "5:3:", "1:10:11", "0:0:"])
+def test_parse_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        PgSnapshot.parse(text)
+
+
+def test_epoch_wraparound() -> None:
+    # 64-bit ids of epoch 1; the log's 32-bit xids wrap.
+    base = 1 << 32
+    snap = PgSnapshot(base + 5, base + 20, frozenset({base + 7}))
+    assert not snap.sees(7)
+    assert snap.sees(6)
+    assert snap.sees((1 << 32) - 3)  # epoch 0, just before the wrap: long committed
+    assert not snap.sees(25)
+
+
+@given(st.integers(0, (1 << 32) - 1), st.integers(1 << 31, (1 << 40)))
+def test_widen_is_nearest(xid: int, reference: int) -> None:
+    full = widen_xid(xid, reference)
+    assert full & 0xFFFFFFFF == xid
+    assert abs(full - reference) <= 1 << 31
+
+
+def _history(*txns: tuple[int, int, TableId, list[int]]) -> RecentTransactions:
+    history = RecentTransactions()
+    for xid, lsn, table, keys in txns:
+        history.touch(xid, table, [(k,) for k in keys])
+        history.commit(xid, Position(lsn, 0))
+    return history
+
+
+def test_stale_keys_are_those_of_invisible_transactions_before_the_open_watermark() -> None:
+    history = _history(
+        (101, 10, T, [1, 2]),  # visible: the chunk saw it
+        (102, 11, T, [3]),  # in xip: committed in the log, invisible to the chunk
+        (103, 12, U, [4]),  # invisible, but another table
+        (105, 30, T, [5]),  # invisible, but after the open watermark: the window handles it
+    )
+    snap = PgSnapshot(102, 106, frozenset({102, 103, 105}))
+    assert history.stale_keys(T, snap, before=Position(20, 0)) == {(3,)}
+    assert history.stale_keys(U, snap, before=Position(20, 0)) == {(4,)}
+
+
+def test_at_or_after_xmax_is_invisible() -> None:
+    history = _history((110, 10, T, [7]))
+    assert history.stale_keys(T, PgSnapshot(105, 110), before=Position(20, 0)) == {(7,)}
+
+
+def test_overflow_and_forgetting_force_a_reread_only_when_it_matters() -> None:
+    history = RecentTransactions(max_keys=3)
+    history.touch(200, T, [(i,) for i in range(10)])  # one huge transaction
+    history.commit(200, Position(5, 0))
+    assert history.size == 0
+    assert history.stale_keys(T, PgSnapshot(199, 210, frozenset({200})), Position(9, 0)) is None
+    assert history.stale_keys(T, PgSnapshot(201, 210), Position(9, 0)) == set()
+    # Evicted for size: same rule.
+    small = _history((300, 1, T, [1, 2]), (301, 2, T, [3, 4]))
+    small.max_keys = 3
+    small.touch(302, T, [(9,)])
+    small.commit(302, Position(3, 0))
+    assert small.size <= 3
+    assert small.stale_keys(T, PgSnapshot(299, 310, frozenset({300})), Position(9, 0)) is None
+
+
+def test_prune_forgets_what_every_later_snapshot_sees() -> None:
+    history = _history((101, 1, T, [1]), (102, 2, T, [2]), (150, 3, T, [3]))
+    history.prune(PgSnapshot(120, 130))
+    assert history.size == 1
+    history.clear()
+    assert history.size == 0
+
+
+# The decision as a property: for random transactions and a random snapshot, the stale set
+# is exactly the oracle's - keys of transactions committed before the watermark that the
+# snapshot does not see.
+@given(
+    st.lists(
+        st.tuples(st.integers(100, 140), st.sets(st.integers(0, 20), max_size=4)),
+        max_size=15,
+        unique_by=lambda t: t[0],
+    ),
+    st.integers(100, 140),
+    st.integers(0, 40),
+    st.sets(st.integers(100, 140)),
+    st.integers(0, 16),
+)
+def test_stale_keys_match_an_oracle(
+    txns: list[tuple[int, set[int]]], xmin: int, span: int, xip: set[int], cut: int
+) -> None:
+    xmax = xmin + span
+    snap = PgSnapshot(xmin, xmax, frozenset(x for x in xip if xmin <= x < xmax))
+    history = RecentTransactions()
+    for lsn, (xid, keys) in enumerate(txns, start=1):
+        history.touch(xid, T, [(k,) for k in keys])
+        history.commit(xid, Position(lsn, 0))
+    expected = {
+        (k,)
+        for lsn, (xid, keys) in enumerate(txns, start=1)
+        if lsn < cut and not snap.sees(xid)
+        for k in keys
+    }
+    assert history.stale_keys(T, snap, Position(cut, 0)) == expected
