@@ -68,7 +68,11 @@ def cmd_init(args: argparse.Namespace) -> int:
     out.print(escape(f"signal table {signal_table}: {'created' if created else 'already there'}"))
     dialect = PostgresDialect(engine.url, signal_table=signal_table, publication=source.publication)
     try:
-        tables = pg_setup.resolve_tables(dialect, source.tables, source.default_schema)
+        tables = [
+            t
+            for t in pg_setup.resolve_tables(dialect, source.tables, source.default_schema)
+            if t != signal_table  # only inserts of it matter: no replica identity needed
+        ]
     except TableError as exc:
         raise CliError(f"source.tables: {exc}", code=2) from None
     finally:

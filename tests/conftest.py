@@ -11,6 +11,7 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -67,3 +68,22 @@ def pg_schema(pg_engine: sa.Engine) -> Iterator[str]:
     yield name
     with pg_engine.begin() as conn:
         conn.execute(sa.schema.DropSchema(name, cascade=True))
+
+
+@pytest.fixture
+def capture(pg_url: str, pg_schema: str, tmp_path: Path) -> Iterator[Any]:
+    """A factory of engine setups on this test's schema (tests/integration/engine_harness)."""
+    from tests.integration.engine_harness import Capture
+
+    made: list[Capture] = []
+
+    def make(**kwargs: Any) -> Capture:
+        directory = tmp_path / f"capture{len(made)}"
+        directory.mkdir(parents=True, exist_ok=True)
+        cap = Capture(pg_url, pg_schema, directory, **kwargs)
+        made.append(cap)
+        return cap
+
+    yield make
+    for cap in made:
+        cap.cleanup()

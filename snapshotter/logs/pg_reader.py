@@ -32,6 +32,14 @@ _STATUS = struct.Struct("!QQQqB")  # after b"r": written, flushed, applied, time
 _FEEDBACK_INTERVAL_S = 10.0  # well inside the default wal_sender_timeout of 60 s
 
 
+# pgoutput sends values as text made in this session's backend: pin every setting that shapes
+# that text to what the chunk reader's session uses, so both paths load identical values.
+SESSION_OPTIONS = (
+    "-c TimeZone=UTC -c DateStyle=ISO,MDY -c IntervalStyle=postgres -c bytea_output=hex "
+    "-c extra_float_digits=1"
+)
+
+
 class LogReaderError(RuntimeError):
     """The replication stream failed; the message says why and what to check."""
 
@@ -68,7 +76,7 @@ class PgLogReader:
         self._sql_conn: psycopg.Connection[Any] | None = None
         try:
             self._conn = psycopg.connect(
-                conninfo, replication="database", autocommit=True, options="-c TimeZone=UTC"
+                conninfo, replication="database", autocommit=True, options=SESSION_OPTIONS
             )
         except psycopg.Error as exc:
             raise LogReaderError(f"cannot open a replication connection: {exc}") from None

@@ -1,0 +1,188 @@
+"""Running the real engine against the test server: config, init, signals, run, verify.
+
+One ``Capture`` per test: its own schema, signal table, publication, slot, sink file and
+state directory, so tests never see each other's events. The engine runs in a thread, the
+way ``snapshotter run`` runs it (same ``run_engine``), with optional phase hooks.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from signals.names import TableId
+from snapshotter.chunk_worker import PhaseHooks
+from snapshotter.cli import main as cli_main
+from snapshotter.config import Config, load_config
+from snapshotter.dialects import pg_setup, pg_types
+from snapshotter.dialects.postgres import PostgresDialect
+from snapshotter.runner import StopFlag, run_engine
+from snapshotter.verify import Verdict, compare, materialize, read_table_rows
+
+PREFIX = "test"
+
+
+@dataclass
+class EngineThread:
+    thread: threading.Thread
+    stop_flag: StopFlag
+    result: dict[str, Any] = field(default_factory=dict)
+
+    def stop(self, timeout: float = 120.0) -> int:
+        self.stop_flag.set()
+        return self.join(timeout)
+
+    def join(self, timeout: float = 120.0) -> int:
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            self.stop_flag.set()
+            self.thread.join(30)
+            raise AssertionError(f"the engine did not finish within {timeout} s")
+        if "error" in self.result:
+            raise self.result["error"]
+        code: int = self.result["code"]
+        return code
+
+
+@dataclass
+class Capture:
+    url: str
+    schema: str
+    directory: Path
+    chunk_size: int = 500
+    extra_config: str = ""
+    tables: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        tag = uuid.uuid4().hex[:10]
+        self.slot = f"s_{tag}"
+        self.publication = f"p_{tag}"
+        self.sink_path = self.directory / "events.jsonl"
+        self.config_path = self.directory / "snapshotter.toml"
+        tables = list(self.tables) or [f"{self.schema}.*"]
+        self.config_path.write_text(
+            f"""
+[source]
+kind = "postgres"
+name = "{PREFIX}"
+url = "{self.url}"
+tables = {tables!r}
+signal_table = "{self.schema}.debezium_signal"
+chunk_size = {self.chunk_size}
+slot = "{self.slot}"
+publication = "{self.publication}"
+{self.extra_config}
+[sink]
+kind = "jsonl"
+path = "events.jsonl"
+
+[state]
+dir = "state"
+""".replace("'", '"'),
+            encoding="utf-8",
+        )
+        self.initialized = False
+
+    @property
+    def config(self) -> Config:
+        return load_config(self.config_path)
+
+    def cli(self, *args: str) -> int:
+        return cli_main([args[0], "-c", str(self.config_path), *args[1:]])
+
+    def init(self) -> None:
+        assert self.cli("init") == 0
+        self.initialized = True
+
+    def execute(self, *tables: str, filters: Sequence[str] = (), surrogate: str = "") -> None:
+        args = ["signal", "execute-snapshot", *tables]
+        for item in filters:
+            args += ["--filter", item]
+        if surrogate:
+            args += ["--surrogate-key", surrogate]
+        assert self.cli(*args) == 0
+
+    def sql(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            cur = conn.execute(statement, params)
+            return cur.fetchall() if cur.description else []
+
+    def start(
+        self, *, until_caught_up: bool = False, hooks: PhaseHooks | None = None
+    ) -> EngineThread:
+        flag = StopFlag()
+        holder = EngineThread(threading.Thread(), flag)
+
+        def target() -> None:
+            try:
+                holder.result["code"] = run_engine(
+                    self.config, until_caught_up=until_caught_up, stop=flag, hooks=hooks
+                )
+            except BaseException as exc:  # re-raised in the test's thread by join()
+                holder.result["error"] = exc
+
+        holder.thread = threading.Thread(target=target, name="engine-under-test", daemon=True)
+        holder.thread.start()
+        return holder
+
+    def run(self, *, hooks: PhaseHooks | None = None, timeout: float = 300.0) -> int:
+        """``snapshotter run --until-caught-up``, in a thread with a time limit."""
+        return self.start(until_caught_up=True, hooks=hooks).join(timeout)
+
+    def table_id(self, table: str) -> TableId:
+        return TableId(self.schema, table)
+
+    def topic(self, table: str) -> str:
+        return f"{PREFIX}.{self.schema}.{table}"
+
+    def verify(self, table: str) -> Verdict:
+        """Materialize the sink file for ``table`` and compare it with the table, row by row."""
+        table_id = self.table_id(table)
+        dialect = PostgresDialect(
+            self.url, signal_table=self.table_id("debezium_signal"), publication=self.publication
+        )
+        try:
+            schema = dialect.describe(table_id)
+        finally:
+            dialect.close()
+        columns = [(c.name, c.type_code) for c in schema.columns]
+        key = list(schema.primary_key) or [c.name for c in schema.columns]
+        with psycopg.connect(self.url, context=pg_types.LoadContext()) as conn:
+            conn.execute("SET TimeZone = 'UTC'")
+            rows = list(read_table_rows(conn, table_id, columns))
+        return compare(materialize(self.sink_path, self.topic(table)), rows, key)
+
+    def events(self, table: str) -> list[dict[str, Any]]:
+        import json
+
+        topic = self.topic(table)
+        out = []
+        if not self.sink_path.exists():
+            return out
+        for line in self.sink_path.read_text(encoding="utf-8").splitlines():
+            record = json.loads(line)
+            if record["topic"] == topic:
+                out.append(record)
+        return out
+
+    def status(self) -> dict[str, Any]:
+        from snapshotter.core.state import EngineState
+        from snapshotter.status import status_report
+
+        path = self.directory / "state" / "state.json"
+        return status_report(EngineState.from_json(path.read_text(encoding="utf-8")), None)
+
+    def cleanup(self) -> None:
+        try:
+            pg_setup.drop_slot(self.url, self.slot)
+        finally:
+            self.sql(f'DROP PUBLICATION IF EXISTS "{self.publication}"')
+
+
+CaptureFactory = Callable[..., Capture]

@@ -1,0 +1,176 @@
+"""The ordering rules, tested deterministically: SQL runs between the steps of a chunk.
+
+Each test writes to the table at one phase of the first chunk (before the open watermark,
+between it and the SELECT, between the SELECT and the close watermark, after the close), then
+checks the output: which READ rows the window dropped, and that materializing the JSONL file
+gives the table.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+
+from snapshotter.chunk_worker import ChunkTask, PhaseHooks
+
+ROWS = 40  # chunk size 10: four chunks, the first holds ids 1..10
+
+
+def _setup(capture: Any, chunk_size: int = 10) -> Any:
+    cap = capture(chunk_size=chunk_size)
+    cap.sql(f'CREATE TABLE "{cap.schema}".items (id int PRIMARY KEY, name text NOT NULL, n int)')
+    items = f'"{cap.schema}".items'
+    cap.sql(f"INSERT INTO {items} SELECT g, 'item ' || g, g FROM generate_series(1, %s) g", (ROWS,))
+    cap.sql(f"ALTER TABLE {items} REPLICA IDENTITY FULL")
+    cap.init()
+    return cap
+
+
+def _once(statement: str, cap: Any) -> Callable[[ChunkTask], None]:
+    """A hook that runs ``statement`` during the first chunk only."""
+    done = threading.Event()
+
+    def hook(task: ChunkTask) -> None:
+        if task.number == 1 and not done.is_set():
+            done.set()
+            cap.sql(statement.format(t=f'"{cap.schema}".items'))
+
+    return hook
+
+
+def _reads(cap: Any) -> dict[int, dict[str, Any]]:
+    return {
+        e["key"]["id"]: e["value"]["after"] for e in cap.events("items") if e["value"]["op"] == "r"
+    }
+
+
+def _run(cap: Any, **hooks: Callable[[ChunkTask], None]) -> None:
+    cap.execute(f"{cap.schema}.items")
+    assert cap.run(hooks=PhaseHooks(**hooks)) == 0
+    verdict = cap.verify("items")
+    assert verdict.ok, verdict.render()
+
+
+def test_a_write_before_the_open_watermark_is_read_by_the_chunk(capture: Any) -> None:
+    cap = _setup(capture)
+    _run(cap, before_open=_once("UPDATE {t} SET name = 'before open' WHERE id = 3", cap))
+    reads = _reads(cap)
+    # Committed before the open watermark: the SELECT saw it, the window did not drop it.
+    assert reads[3]["name"] == "before open"
+    assert len(reads) == ROWS
+
+
+@pytest.mark.parametrize("phase", ["after_open", "after_read"])
+def test_an_update_inside_the_window_drops_the_read_row(capture: Any, phase: str) -> None:
+    cap = _setup(capture)
+    _run(cap, **{phase: _once("UPDATE {t} SET name = 'in window' WHERE id = 4", cap)})
+    reads = _reads(cap)
+    assert 4 not in reads  # the log's update is fresher than whatever the SELECT read
+    assert len(reads) == ROWS - 1
+    updates = [e for e in cap.events("items") if e["value"]["op"] == "u"]
+    assert [u["value"]["after"]["name"] for u in updates] == ["in window"]
+
+
+def test_a_delete_inside_the_window_drops_the_read_row(capture: Any) -> None:
+    cap = _setup(capture)
+    _run(cap, after_read=_once("DELETE FROM {t} WHERE id = 5", cap))
+    assert 5 not in _reads(cap)
+
+
+def test_a_key_change_inside_the_window_drops_both_keys(capture: Any) -> None:
+    cap = _setup(capture)
+    _run(cap, after_open=_once("UPDATE {t} SET id = 1005 WHERE id = 6", cap))
+    reads = _reads(cap)
+    assert 6 not in reads and 1005 not in reads
+    ops = [
+        (e["value"]["op"], e["key"]["id"]) for e in cap.events("items") if e["value"]["op"] != "r"
+    ]
+    assert ops == [("d", 6), ("c", 1005)]  # as Debezium: delete the old key, create the new
+
+
+def test_an_insert_inside_the_window_is_streamed_not_read(capture: Any) -> None:
+    cap = _setup(capture)
+    _run(cap, after_read=_once("INSERT INTO {t} VALUES (7000, 'new', 0)", cap))
+    assert 7000 not in _reads(cap)
+
+
+def test_a_write_after_the_close_watermark_follows_the_read_row(capture: Any) -> None:
+    cap = _setup(capture)
+    _run(cap, after_close=_once("UPDATE {t} SET name = 'after close' WHERE id = 2", cap))
+    events = [e for e in cap.events("items") if e["key"]["id"] == 2]
+    # The output barrier: the READ row (emitted at the close watermark) comes first.
+    assert [e["value"]["op"] for e in events] == ["r", "u"]
+    assert events[0]["value"]["after"]["name"] == "item 2"
+    assert events[1]["value"]["after"]["name"] == "after close"
+
+
+def test_read_rows_sit_between_their_watermark_and_the_next_event(capture: Any) -> None:
+    cap = _setup(capture)
+    _run(cap, after_close=_once("UPDATE {t} SET n = -1 WHERE id = 40", cap))
+    positions = [e["value"]["source"]["pos"] for e in cap.events("items")]
+    assert positions == sorted(positions)  # file order is log order
+
+
+def test_an_invisible_commit_before_the_open_watermark_is_dropped(capture: Any) -> None:
+    """PostgreSQL's WAL order is not visibility order: a transaction waiting for a
+    synchronous standby is in the WAL (and decoded, and streamed) before our open watermark,
+    but the chunk SELECT's snapshot does not see it. Without the visibility rule the READ row
+    would carry the old value *after* the update's event, and the sink would keep it."""
+    cap = _setup(capture)
+    database = cap.sql("SELECT current_database()")[0][0]
+    waiting: dict[str, Any] = {}
+
+    def stall_a_commit(task: ChunkTask) -> None:
+        if task.number != 1 or waiting:
+            return
+        conn = psycopg.connect(cap.url, autocommit=True)
+        waiting["conn"] = conn
+        waiting["pid"] = conn.info.backend_pid
+
+        def commit_and_wait() -> None:
+            try:
+                conn.execute("SET synchronous_commit = on")
+                conn.execute(f'UPDATE "{cap.schema}".items SET name = %s WHERE id = 8', ("late",))
+            except psycopg.Error as exc:  # the cancel below ends the wait with a warning
+                waiting["error"] = exc
+
+        thread = threading.Thread(target=commit_and_wait, daemon=True)
+        thread.start()
+        waiting["thread"] = thread
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            state = cap.sql(
+                "SELECT wait_event FROM pg_stat_activity WHERE pid = %s", (waiting["pid"],)
+            )
+            if state and state[0][0] == "SyncRep":
+                return
+            time.sleep(0.05)
+        raise AssertionError("the update never waited for the (absent) synchronous standby")
+
+    def release(task: ChunkTask) -> None:
+        if task.number == 1 and "pid" in waiting and "released" not in waiting:
+            waiting["released"] = True
+            cap.sql("SELECT pg_cancel_backend(%s)", (waiting["pid"],))
+            waiting["thread"].join(10)
+
+    # Only sessions that ask for synchronous commit wait; the engine's do not.
+    cap.sql(f'ALTER DATABASE "{database}" SET synchronous_commit = local')
+    cap.sql("ALTER SYSTEM SET synchronous_standby_names = 'nobody_is_listening'")
+    cap.sql("SELECT pg_reload_conf()")
+    try:
+        time.sleep(0.3)
+        _run(cap, before_open=stall_a_commit, after_read=release)
+    finally:
+        cap.sql("ALTER SYSTEM RESET synchronous_standby_names")
+        cap.sql("SELECT pg_reload_conf()")
+        cap.sql(f'ALTER DATABASE "{database}" RESET synchronous_commit')
+        if "conn" in waiting:
+            waiting["conn"].close()
+    assert 8 not in _reads(cap)  # dropped by the visibility rule
+    updates = [e for e in cap.events("items") if e["value"]["op"] == "u"]
+    assert [u["value"]["after"]["name"] for u in updates] == ["late"]
