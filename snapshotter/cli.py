@@ -284,6 +284,25 @@ def _lag_bytes(url: str, lsn: object) -> int | None:
     return max(0, lsn_to_int(row[0]) - (lsn if isinstance(lsn, int) else 0))
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    from signals.names import TableNameError, parse_table_name
+    from snapshotter.convergence import check_table
+    from snapshotter.dialects.base import TableError
+    from snapshotter.verify import VerifyError
+
+    config = _config(args)
+    failed = False
+    for name in args.tables:
+        try:
+            verdict = check_table(config, parse_table_name(name))
+        except (TableNameError, TableError, VerifyError, OSError) as exc:
+            raise CliError(f"{name}: {exc}") from None
+        failed = failed or not verdict.ok
+        colour = "green" if verdict.ok else "red"
+        out.print(f"[{colour}]{escape(name)}: {escape(verdict.render())}[/{colour}]")
+    return 1 if failed else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="snapshotter",
@@ -342,6 +361,15 @@ def build_parser() -> argparse.ArgumentParser:
     status = with_config(sub.add_parser("status", help="snapshot progress and stream lag"))
     status.add_argument("--json", action="store_true", help="print JSON")
     status.set_defaults(func=cmd_status)
+
+    verify = with_config(
+        sub.add_parser(
+            "verify",
+            help="compare the sink's output with the tables, row by row (after catching up)",
+        )
+    )
+    verify.add_argument("tables", nargs="+", metavar="TABLE")
+    verify.set_defaults(func=cmd_verify)
 
     signals = with_config(sub.add_parser("signals", help="list the signal table, parsed"))
     signals.add_argument("--json", action="store_true", help="print JSON")

@@ -65,7 +65,7 @@ KeyColumns = Callable[[TableId], Sequence[str] | None]
 OpenReader = Callable[[Mapping[str, Any], KeyColumns], LogReader]
 
 CHECKPOINT_INTERVAL_S = 1.0
-WINDOWS_IN_FLIGHT = 2  # one waiting for its close watermark in the log, one being read
+WINDOWS_IN_FLIGHT = 3  # waiting for their close watermark in the log, or being read
 READ_TIMEOUT_S = 0.05
 REPORT_INTERVAL_S = 5.0
 
@@ -608,6 +608,10 @@ class Engine:
             if stale:
                 window.drop(stale)
         batch = window.close(event.position)
+        # Keep the worker busy: hand it the next chunk before building this one's events.
+        for result in self._worker.poll():
+            self._on_result(result)
+        self._schedule()
         # Rule 5: the close watermark is an output barrier: the survivors go to the sink now,
         # before the engine handles any log item after the watermark.
         self._sink.write(list(batch.events(event.source, _now_ms(), run.convert)))

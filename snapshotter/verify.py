@@ -162,7 +162,7 @@ def read_table_rows(
     for these columns is refused. Columns without a native loader are read as
     ``CAST(c AS text)``, the type's output function, as the chunk reader does, and JSON
     becomes :class:`RawJson` through ``pg_types.finish_value``. Rows are streamed through a
-    cursor, in no particular order.
+    cursor, in no particular order. Errors in the arguments are raised at the call.
     """
     if table.schema is None:
         raise ValueError(f"table {table} has no schema")
@@ -185,14 +185,22 @@ def read_table_rows(
         for name, oid in columns
     )
     query = sql.SQL("SELECT {} FROM {}").format(selected, sql.Identifier(table.schema, table.table))
+    return _stream(conn, query, columns, batch)
+
+
+def _stream(
+    conn: psycopg.Connection[Any],
+    query: sql.Composed,
+    columns: Sequence[tuple[str, int]],
+    batch: int,
+) -> Iterator[dict[str, Any]]:
     names = [name for name, _ in columns]
     oids = [oid for _, oid in columns]
     # Streamed, not a server-side cursor: psycopg's FETCH sends its row count as a bound
     # literal, and a LoadContext connection has loaders only (no dumpers). libpq 17+ can
     # stream in chunks, which is much faster than row by row.
     size = batch if pq.version() >= 170000 else 1
-    cur = conn.cursor(row_factory=tuple_row)
-    with cur:
+    with conn.cursor(row_factory=tuple_row) as cur:
         for record in cur.stream(query, size=size):
             yield {
                 name: pg_types.finish_value(oid, v)

@@ -33,8 +33,9 @@ class PositionError(ValueError):
 
 @total_ordering
 class Position:
-    __slots__ = ("_parts",)
+    __slots__ = ("_parts", "_token")
     _parts: tuple[int, ...]
+    _token: str | None
 
     def __init__(self, *parts: int) -> None:
         if not parts:
@@ -43,6 +44,7 @@ class Position:
             if not isinstance(part, int) or isinstance(part, bool) or not 0 <= part <= _U64:
                 raise PositionError(f"position part {part!r} is not in 0..{_U64}")
         object.__setattr__(self, "_parts", parts)
+        object.__setattr__(self, "_token", None)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("a Position is immutable")
@@ -61,7 +63,11 @@ class Position:
 
     @property
     def token(self) -> str:
-        return "-".join(f"{part:016x}" for part in self._parts)
+        token = self._token
+        if token is None:  # computed once: sinks write it for every event
+            token = "-".join(f"{part:016x}" for part in self._parts)
+            object.__setattr__(self, "_token", token)
+        return token
 
     @classmethod
     def from_token(cls, token: str) -> Position:
@@ -71,7 +77,13 @@ class Position:
 
     def read_row(self, index: int) -> Position:
         """The position of READ row ``index`` (0-based) emitted at this close watermark."""
-        return Position(*self._parts, index)
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index <= _U64:
+            raise PositionError(f"read row index {index!r} is not in 0..{_U64}")
+        # The parts are already checked: skip __init__ (this runs once per READ row).
+        out = object.__new__(Position)
+        object.__setattr__(out, "_parts", (*self._parts, index))
+        object.__setattr__(out, "_token", None)
+        return out
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Position):

@@ -83,17 +83,22 @@ class ReadBatch:
         ``convert`` turns a buffered row into the value model events carry (the buffer holds
         some values, e.g. JSON text, in their Arrow storage form)."""
         key_columns = self.key_columns
+        # One Source template per chunk; each row only changes its position (this loop runs
+        # once per READ row, so it avoids dataclasses.replace and re-validation).
+        template = replace(close_source, table=self.table, snapshot=SnapshotMarker.INCREMENTAL)
+        fields = {f: getattr(template, f) for f in Source.__slots__ if f != "position"}
+        new_source = Source.__new__
+        set_field = object.__setattr__
         for index, row in enumerate(self.rows.to_pylist()):
             if convert is not None:
                 row = convert(row)
+            source = new_source(Source)
+            for name, value in fields.items():
+                set_field(source, name, value)
+            set_field(source, "position", self.position.read_row(index))
             yield ChangeEvent(
                 op=Op.READ,
-                source=replace(
-                    close_source,
-                    table=self.table,
-                    position=self.row_position(index),
-                    snapshot=SnapshotMarker.INCREMENTAL,
-                ),
+                source=source,
                 ts_ms=ts_ms,
                 key=tuple(row[c] for c in key_columns),
                 after=row,

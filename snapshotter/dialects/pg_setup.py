@@ -22,9 +22,12 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql.base import PGDialect
 
 from signals.names import TableId, TablePattern, parse_table_selector
+from snapshotter.core.values import UNAVAILABLE_VALUE
 from snapshotter.dialects.base import Dialect, TableError
 
 Severity = Literal["error", "warning"]
+
+DEFAULT_SCHEMA = "public"  # where an unqualified table name lives
 
 # A preparer that does not double "%" (the psycopg dialect's does, for its pyformat
 # placeholders): the statements built here run without parameters and are shown to people.
@@ -155,7 +158,7 @@ def check_prerequisites(
             *_check_wal_keep(conn),
         ]
         for table in tables:
-            problems.extend(_check_table(conn, table))
+            problems.extend(_check_table(conn, table.with_default_schema(DEFAULT_SCHEMA)))
         return problems
 
 
@@ -335,10 +338,20 @@ def _identity_problem(table: TableId, has_pk: bool, leaf: Storage) -> Problem:
         reasons.append(
             "it has no primary key, so UPDATEs and DELETEs carry no key to match rows by"
         )
-    return Problem(
-        f"{where} needs REPLICA IDENTITY FULL: {'; and '.join(reasons)}",
-        f"ALTER TABLE {quote_table(leaf.table)} REPLICA IDENTITY FULL;",
-    )
+    fix = f"ALTER TABLE {quote_table(leaf.table)} REPLICA IDENTITY FULL;"
+    if has_pk:
+        # Only TOAST is at stake: capture still works, with Debezium's placeholder for the
+        # unchanged value, which snapshotter's own consumers (verify, landing) fill from the
+        # row's previous value. A warning, since FULL also makes every UPDATE log more WAL.
+        return Problem(
+            f"{where} should have REPLICA IDENTITY FULL: {reasons[0]}; without it such "
+            f"updates carry the placeholder {UNAVAILABLE_VALUE!r} for that column, which "
+            "`snapshotter verify` and snapshotter's landing resolve from the row's previous "
+            "value (other consumers must do the same)",
+            fix,
+            "warning",
+        )
+    return Problem(f"{where} needs REPLICA IDENTITY FULL: {'; and '.join(reasons)}", fix)
 
 
 def _literal(text: str) -> str:
@@ -350,7 +363,7 @@ def _literal(text: str) -> str:
 
 
 def resolve_tables(
-    dialect: Dialect, patterns: Sequence[str], default_schema: str = "public"
+    dialect: Dialect, patterns: Sequence[str], default_schema: str = DEFAULT_SCHEMA
 ) -> list[TableId]:
     """The tables that configured names and patterns select, in the order given, each once.
 
@@ -475,7 +488,7 @@ def ensure_publication(
     With a connection the caller commits; with an engine this commits. An existing
     publication's options are never changed: if they do not fit, SetupError says how to.
     """
-    tables = list(dict.fromkeys(tables))
+    tables = list(dict.fromkeys(t.with_default_schema(DEFAULT_SCHEMA) for t in tables))
     with _connection(conn_or_engine) as conn:
         existing = _publication(conn, publication)
         if existing is None:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time
 from decimal import Decimal
+from operator import itemgetter
 from typing import Any
 from uuid import UUID
 
@@ -34,9 +35,9 @@ from signals.table import insert_signal
 from snapshotter.core.keys import Key
 from snapshotter.core.visibility import PgSnapshot
 from snapshotter.dialects import pg_setup, pg_types
-from snapshotter.dialects.base import ChunkRead, ColumnInfo, TableError, TableSchema
+from snapshotter.dialects.base import ChunkRead, ColumnInfo, Dialect, TableError, TableSchema
 
-DEFAULT_SCHEMA = "public"
+DEFAULT_SCHEMA = pg_setup.DEFAULT_SCHEMA
 
 # Python types a key value can have (snapshotter.core.keys.KeyValue). The chunk connection's
 # adapters come from pg_types, which only loads; these dump key values as parameters.
@@ -93,7 +94,7 @@ class _SqlType(UserDefinedType[Any]):
 class _Relation:
     oid: int
     relkind: str
-    parent: str | None  # "schema.table" of the partitioned table, for a partition
+    root: TableId | None  # for a partition: the partitioned table at the top of its tree
     readable: bool
 
 
@@ -176,24 +177,24 @@ class PostgresDialect:
     def _relation(self, conn: sa.Connection, table: TableId) -> _Relation:
         row = conn.execute(
             sa.text(
-                "SELECT c.oid, c.relkind, "
-                "  (SELECT quote_ident(pn.nspname) || '.' || quote_ident(pc.relname) "
-                "   FROM pg_catalog.pg_inherits i "
-                "   JOIN pg_catalog.pg_class pc ON pc.oid = i.inhparent "
-                "   JOIN pg_catalog.pg_namespace pn ON pn.oid = pc.relnamespace "
-                "   WHERE c.relispartition AND i.inhrelid = c.oid) AS parent, "
-                "  has_schema_privilege(n.oid, 'USAGE') "
+                "SELECT c.oid, c.relkind, current_user AS username, rn.nspname AS root_schema, "
+                "  r.relname AS root_table, has_schema_privilege(n.oid, 'USAGE') "
                 "  AND has_table_privilege(c.oid, 'SELECT') AS readable "
                 "FROM pg_catalog.pg_class c "
                 "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+                # A partition's root (the table the log names its changes by).
+                "LEFT JOIN pg_catalog.pg_class r "
+                "  ON c.relispartition AND r.oid = pg_catalog.pg_partition_root(c.oid) "
+                "LEFT JOIN pg_catalog.pg_namespace rn ON rn.oid = r.relnamespace "
                 "WHERE n.nspname = :schema AND c.relname = :table"
             ),
             {"schema": table.schema, "table": table.table},
         ).one_or_none()
         if row is None:
             raise pg_setup.missing_table_error(table, self._user(conn))
-        relation = _Relation(int(row.oid), row.relkind, row.parent, row.readable)
-        _check_relation(table, relation, self._user(conn))
+        root = None if row.root_table is None else TableId(row.root_schema, row.root_table)
+        relation = _Relation(int(row.oid), row.relkind, root, row.readable)
+        _check_relation(table, relation, row.username)
         return relation
 
     @staticmethod
@@ -245,7 +246,8 @@ class PostgresDialect:
         if info.nullable:
             raise TableError(
                 f"surrogate key {column!r} of table {table} may be NULL; it must be NOT NULL "
-                "(ALTER TABLE ... ALTER COLUMN ... SET NOT NULL) to page by it"
+                f"to page by it: ALTER TABLE {pg_setup.quote_table(table)} ALTER COLUMN "
+                f"{pg_setup.quote_name(column)} SET NOT NULL;"
             )
         with self.engine.connect() as conn:
             unique, gaps = _unique_and_identity(conn, table, column)
@@ -382,23 +384,25 @@ class PostgresDialect:
         """Run ``sql`` in one REPEATABLE READ READ ONLY transaction; its rows and the
         transaction's snapshot (``pg_current_snapshot()``, the snapshot ``sql`` read in)."""
         with self._conn_lock:
-            conn = self._connection()
             try:
+                conn = self._connection()
                 with conn.transaction():
                     snapshot = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
                     rows = conn.execute(sql, params).fetchall()
             except psycopg.Error as exc:
-                raise self._failure(conn, table, what, exc) from exc
+                raise self._failure(table, what, exc) from exc
         assert snapshot is not None
         return rows, str(snapshot[0])
 
-    def _failure(
-        self, conn: psycopg.Connection[Any], table: TableId, what: str, exc: psycopg.Error
-    ) -> Exception:
+    def _failure(self, table: TableId, what: str, exc: psycopg.Error) -> Exception:
+        """A TableError for what the query did (bad filter, permissions, data); a
+        ChunkReadError, worth a retry, when the connection or server failed."""
         message = f"{what} on table {table} failed: {str(exc).strip()}"
-        if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError) or conn.broken:
-            if conn.broken or conn.closed:
-                self._conn = None
+        conn = self._conn
+        if conn is not None and (conn.broken or conn.closed):
+            conn.close()
+            self._conn = None  # reconnect on the next read
+        if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
             return ChunkReadError(message)
         return TableError(message)
 
@@ -505,12 +509,11 @@ def _chunk_query(
 
 
 def _to_arrow(schema: TableSchema, rows: list[tuple[Any, ...]]) -> pa.Table:
-    columns: list[Sequence[Any]] = list(zip(*rows, strict=True)) if rows else []
-    if not columns:
-        columns = [()] * len(schema.columns)
+    """Rows to an Arrow table, column by column (``map(itemgetter)`` transposes about 2.5x
+    faster than ``zip(*rows)``)."""
     arrays = [
-        pa.array(values, type=c.arrow_type)
-        for values, c in zip(columns, schema.columns, strict=True)
+        pa.array(list(map(itemgetter(i), rows)), type=c.arrow_type)
+        for i, c in enumerate(schema.columns)
     ]
     return pa.Table.from_arrays(arrays, schema=schema.arrow_schema())
 
@@ -522,9 +525,9 @@ def _check_relation(table: TableId, relation: _Relation, user: str) -> None:
     if relation.relkind not in ("r", "p"):
         kind = _RELKIND_NAMES.get(relation.relkind, f"a relation of kind {relation.relkind!r}")
         raise TableError(f"{table} is {kind}, not a table: only tables can be snapshotted")
-    if relation.parent is not None:
+    if relation.root is not None:
         raise TableError(
-            f"table {table} is a partition of {relation.parent}; snapshot {relation.parent} "
+            f"table {table} is a partition of {relation.root}; snapshot {relation.root} "
             "(the log names a partition's changes by its partitioned table)"
         )
     if not relation.readable:
@@ -552,6 +555,8 @@ def _unique_and_identity(
     storage (itself or its leaf partitions: replica identity is not inherited) lacking
     REPLICA IDENTITY FULL."""
     oid = pg_setup.table_oid(conn, table)
+    if oid is None:  # dropped since it was described
+        raise pg_setup.missing_table_error(table, PostgresDialect._user(conn))
     unique = conn.execute(
         sa.text(
             "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_index i "
@@ -562,6 +567,10 @@ def _unique_and_identity(
         ),
         {"oid": oid, "col": column},
     ).scalar_one()
-    assert oid is not None  # described a moment ago
     gaps = [s.table for s in pg_setup.storage_tables(conn, oid) if not s.full]
     return bool(unique), gaps
+
+
+def _is_a_dialect(dialect: PostgresDialect) -> Dialect:
+    """Never called: makes mypy check that PostgresDialect implements the protocol."""
+    return dialect

@@ -7,7 +7,9 @@ Each line is, with keys in this order (other tools script against it)::
      "value": {"before": {...} | null, "after": {...} | null, "source": {...},
                "op": "c" | "u" | "d" | "r" | "t", "ts_ms": <int>}}
 
-``key`` is null only for a truncate. The envelope has no ``transaction`` field.
+``key`` is null only for a truncate. The envelope has no ``transaction`` field. The file is
+UTF-8 (``ensure_ascii=False``) and every line ends with LF; JSON strings may hold U+0085,
+U+2028 or U+2029 unescaped, as JSON allows, so split lines at LF only (not ``splitlines``).
 
 Values (see ``snapshotter.core.values``) are written as:
 
@@ -169,6 +171,8 @@ def encode_row(row: Mapping[str, Any] | None) -> str:
     """
     if row is None:
         return "null"
+    if type(row) is not dict:  # the C encoder takes only a real dict as an object
+        row = dict(row)
     try:
         text = _FAST(row)
     except ValueError:  # a NaN or infinite float (allow_nan=False)
@@ -192,7 +196,9 @@ def encode_row(row: Mapping[str, Any] | None) -> str:
 class JsonlSink:
     """Appends events to ``path`` as JSON lines; see the module docstring for the format.
 
-    ``key_columns(table)`` names the key columns of a table (events carry key values only).
+    ``key_columns(table)`` names the key columns of a table (events carry key values only);
+    it is asked once per table per ``write`` call, and None or no columns is an error. A
+    batch that fails to encode writes nothing.
 
     ``open(resume)``:
 
@@ -203,14 +209,14 @@ class JsonlSink:
     * with ``resume`` (from an :class:`Ack`), the file is cut back to the acknowledged
       offset: anything after it was written but never acknowledged and will be replayed. A
       file shorter than the offset, or not ending a line there, was changed by someone else
-      and is refused.
+      and is refused; so is a ``resume`` saved for another path.
     """
 
     def __init__(
         self,
         path: str | Path,
         topic_prefix: str,
-        key_columns: Callable[[TableId], Sequence[str]],
+        key_columns: Callable[[TableId], Sequence[str] | None],
     ) -> None:
         self.path = Path(path)
         self.topic_prefix = topic_prefix
@@ -218,8 +224,8 @@ class JsonlSink:
         self._file: IO[bytes] | None = None
         self._checkpoint_id = 0
         self._acks: list[Ack] = []
-        # Per table: the encoded topic (the line's opening) and the key column names.
-        self._tables: dict[TableId, tuple[str, tuple[str, ...]]] = {}
+        # Per table: the line's opening, up to the key (the topic never changes).
+        self._openings: dict[TableId, str] = {}
 
     # Sink protocol
 
@@ -245,7 +251,10 @@ class JsonlSink:
         if self._file is None:
             raise JsonlSinkError(f"sink {self.path} is not open")
         if events:
-            lines = [self._line(event) for event in events]
+            # Key names are asked for once per table and call, not cached for good: a table
+            # whose primary key is altered gets the new names from the next batch on.
+            names: dict[TableId, tuple[str, ...]] = {}
+            lines = [self._line(event, names) for event in events]
             self._file.write("".join(lines).encode("utf-8"))
 
     def checkpoint(self) -> int:
@@ -273,28 +282,37 @@ class JsonlSink:
 
     # Encoding
 
-    def _table(self, table: TableId) -> tuple[str, tuple[str, ...]]:
-        cached = self._tables.get(table)
-        if cached is None:
+    def _opening(self, table: TableId) -> str:
+        opening = self._openings.get(table)
+        if opening is None:
             if table.schema is None:
                 raise JsonlSinkError(f"event for table {table} without a schema")
             topic = f"{self.topic_prefix}.{table.schema}.{table.table}"
-            opening = '{"topic":' + _PLAIN(topic) + ',"key":'
-            cached = (opening, tuple(self._key_columns(table)))
-            self._tables[table] = cached
-        return cached
+            opening = self._openings[table] = '{"topic":' + _PLAIN(topic) + ',"key":'
+        return opening
 
-    def _line(self, event: ChangeEvent) -> str:
-        opening, names = self._table(event.source.table)
+    def _names(self, table: TableId, names: dict[TableId, tuple[str, ...]]) -> tuple[str, ...]:
+        found = names.get(table)
+        if found is None:
+            columns = self._key_columns(table)
+            if not columns:
+                raise JsonlSinkError(f"no key columns known for {table}: cannot write its key")
+            found = names[table] = tuple(columns)
+        return found
+
+    def _line(self, event: ChangeEvent, names: dict[TableId, tuple[str, ...]]) -> str:
+        table = event.source.table
+        opening = self._opening(table)
         if event.key is None:  # a truncate
             key = "null"
         else:
-            if len(names) != len(event.key):
+            columns = self._names(table, names)
+            if len(columns) != len(event.key):
                 raise JsonlSinkError(
-                    f"event for {event.source.table} has {len(event.key)} key values, "
-                    f"but the table's key columns are {list(names)}"
+                    f"event for {table} has {len(event.key)} key values, "
+                    f"but the table's key columns are {list(columns)}"
                 )
-            key = encode_row(dict(zip(names, event.key, strict=True)))
+            key = encode_row(dict(zip(columns, event.key, strict=True)))
         # The line is assembled by hand so rows go through encode_row (RawJson, NaN) while the
         # key order stays fixed. Op values are plain letters: no escaping needed.
         return (

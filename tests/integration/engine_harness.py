@@ -20,10 +20,10 @@ from signals.names import TableId
 from snapshotter.chunk_worker import PhaseHooks
 from snapshotter.cli import main as cli_main
 from snapshotter.config import Config, load_config
-from snapshotter.dialects import pg_setup, pg_types
-from snapshotter.dialects.postgres import PostgresDialect
+from snapshotter.convergence import check_table
+from snapshotter.dialects import pg_setup
 from snapshotter.runner import StopFlag, run_engine
-from snapshotter.verify import Verdict, compare, materialize, read_table_rows
+from snapshotter.verify import Verdict
 
 PREFIX = "test"
 
@@ -142,21 +142,9 @@ dir = "state"
         return f"{PREFIX}.{self.schema}.{table}"
 
     def verify(self, table: str) -> Verdict:
-        """Materialize the sink file for ``table`` and compare it with the table, row by row."""
-        table_id = self.table_id(table)
-        dialect = PostgresDialect(
-            self.url, signal_table=self.table_id("debezium_signal"), publication=self.publication
-        )
-        try:
-            schema = dialect.describe(table_id)
-        finally:
-            dialect.close()
-        columns = [(c.name, c.type_code) for c in schema.columns]
-        key = list(schema.primary_key) or [c.name for c in schema.columns]
-        with psycopg.connect(self.url, context=pg_types.LoadContext()) as conn:
-            conn.execute("SET TimeZone = 'UTC'")
-            rows = list(read_table_rows(conn, table_id, columns))
-        return compare(materialize(self.sink_path, self.topic(table)), rows, key)
+        """Materialize the sink file for ``table`` and compare it with the table, row by row
+        (what ``snapshotter verify`` does)."""
+        return check_table(self.config, self.table_id(table))
 
     def events(self, table: str) -> list[dict[str, Any]]:
         import json

@@ -1,0 +1,264 @@
+"""A background writer for convergence tests: random inserts, updates, deletes and primary-key
+changes against a live table while a snapshot runs.
+
+Generic over key shapes: the caller says which columns form the key and supplies
+``new_key()`` (a fresh key tuple, values of the types psycopg loads for those columns, so
+they compare equal to keys read back) and ``new_row(key)`` (the other columns for a row with
+that key; key columns in it are ignored). The writer keeps a cache of the keys in the table,
+loaded once at start and updated as it commits, and picks existing keys from it, optionally
+from a small hot set so the same rows change again and again (the case the DBLog window has
+to get right).
+
+Changes go in small transactions of 1 to ``max_statements`` statements. A transaction that
+fails on a unique violation (another writer got there first) is rolled back, counted under
+``conflicts`` and the cache reloaded; any other error stops the thread and is re-raised by
+``stop()`` or ``wait()``.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+import psycopg
+from psycopg import errors, sql
+
+from signals.names import TableId
+
+Key = tuple[Any, ...]
+
+KINDS = ("insert", "update", "delete", "key_change")
+DEFAULT_WEIGHTS: Mapping[str, float] = {"insert": 3, "update": 4, "delete": 2, "key_change": 1}
+
+
+class RandomWriter:
+    def __init__(
+        self,
+        conninfo: str,
+        table: TableId,
+        key_columns: Sequence[str],
+        new_key: Callable[[], Key],
+        new_row: Callable[[Key], Mapping[str, Any]],
+        *,
+        changes: int | None = 5000,
+        rate: float | None = None,
+        weights: Mapping[str, float] = DEFAULT_WEIGHTS,
+        hot_keys: int = 0,
+        hot_share: float = 0.5,
+        max_statements: int = 5,
+        seed: int | None = None,
+    ) -> None:
+        """``changes``: statements to run before the thread ends by itself (None: until
+        ``stop()``). ``rate``: at most this many statements per second (None: as fast as
+        the server allows). ``hot_keys``: the size of the hot set (0: none), from which a
+        share ``hot_share`` of updates, deletes and key changes pick their row."""
+        if table.schema is None:
+            raise ValueError(f"table {table} needs a schema")
+        unknown = set(weights) - set(KINDS)
+        if unknown or not any(weights.get(k, 0) > 0 for k in KINDS):
+            raise ValueError(f"weights must give some of {KINDS} a positive weight")
+        self.conninfo = conninfo
+        self.table = table
+        self.key_columns = tuple(key_columns)
+        self.new_key = new_key
+        self.new_row = new_row
+        self.changes = changes
+        self.rate = rate
+        self.hot_keys = hot_keys
+        self.hot_share = hot_share
+        self.max_statements = max_statements
+        self.seed = seed if seed is not None else random.randrange(2**32)
+        self._rng = random.Random(self.seed)
+        self._kinds = [k for k in KINDS if weights.get(k, 0) > 0]
+        self._weights = [weights[k] for k in self._kinds]
+        # Committed work: one per statement, plus "transactions" and "conflicts".
+        self.counts: Counter[str] = Counter()
+        self._keys: list[Key] = []
+        self._index: dict[Key, int] = {}
+        self._hot: list[Key] = []
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="random-writer", daemon=True)
+        self._target = sql.Identifier(table.schema, table.table)
+        self._where = sql.SQL(" AND ").join(
+            sql.SQL("{} = %s").format(sql.Identifier(c)) for c in self.key_columns
+        )
+        self._sql_cache: dict[tuple[str, tuple[str, ...]], sql.Composed] = {}
+
+    # --- control ----------------------------------------------------------------------------
+
+    def start(self) -> RandomWriter:
+        self._thread.start()
+        return self
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait until ``changes`` statements ran (or the thread failed); re-raise its error."""
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"the writer did not finish within {timeout} s: {self.counts}")
+        self._raise()
+
+    def stop(self) -> None:
+        """Stop after the current transaction, join, and re-raise an error of the thread."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self._raise()
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts[k] for k in KINDS)
+
+    def __enter__(self) -> RandomWriter:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            self.stop()
+        else:  # do not hide the test's own failure behind the writer's
+            self._stop.set()
+            self._thread.join()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise RuntimeError(f"random writer (seed {self.seed}) failed") from self._error
+
+    # --- the thread -------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            with psycopg.connect(self.conninfo) as conn:
+                self._load_keys(conn)
+                self._loop(conn)
+        except BaseException as exc:  # handed to the caller by stop() / wait()
+            self._error = exc
+
+    def _loop(self, conn: psycopg.Connection[Any]) -> None:
+        started = time.monotonic()
+        while not self._stop.is_set():
+            remaining = None if self.changes is None else self.changes - self.total
+            if remaining is not None and remaining <= 0:
+                return
+            n = self._rng.randint(1, self.max_statements)
+            if remaining is not None:
+                n = min(n, remaining)
+            done: Counter[str] = Counter()
+            try:
+                with conn.transaction():
+                    for _ in range(n):
+                        done[self._one(conn)] += 1
+            except (errors.UniqueViolation, errors.SerializationFailure):
+                self.counts["conflicts"] += 1
+                self._load_keys(conn)  # the cache saw the rolled-back statements
+                continue
+            self.counts.update(done)
+            self.counts["transactions"] += 1
+            if self.rate:
+                # Pace to the rate on average, so a slow transaction is made up later.
+                ahead = self.total / self.rate - (time.monotonic() - started)
+                if ahead > 0:
+                    self._stop.wait(ahead)
+
+    def _one(self, conn: psycopg.Connection[Any]) -> str:
+        kind = self._rng.choices(self._kinds, self._weights)[0] if self._keys else "insert"
+        if kind == "insert":
+            key = self._fresh_key()
+            row = {**self._values(key), **dict(zip(self.key_columns, key, strict=True))}
+            columns = tuple(row)
+            conn.execute(self._sql("insert", columns), list(row.values()))
+            self._add(key)
+        elif kind == "update":
+            key = self._pick()
+            values = self._values(key)
+            if values:
+                conn.execute(self._sql("update", tuple(values)), [*values.values(), *key])
+            else:  # a table of key columns only: touch the row anyway
+                conn.execute(self._sql("update", self.key_columns), [*key, *key])
+        elif kind == "delete":
+            key = self._pick()
+            conn.execute(self._sql("delete", ()), list(key))
+            self._remove(key)
+        else:
+            key = self._pick()
+            new = self._fresh_key()
+            conn.execute(self._sql("update", self.key_columns), [*new, *key])
+            self._remove(key)
+            self._add(new)
+        return kind
+
+    def _values(self, key: Key) -> dict[str, Any]:
+        return {c: v for c, v in self.new_row(key).items() if c not in self.key_columns}
+
+    def _sql(self, kind: str, columns: tuple[str, ...]) -> sql.Composed:
+        cached = self._sql_cache.get((kind, columns))
+        if cached is not None:
+            return cached
+        idents = [sql.Identifier(c) for c in columns]
+        if kind == "insert":
+            query = sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
+                self._target,
+                sql.SQL(", ").join(idents),
+                sql.SQL(", ").join(sql.Placeholder() * len(columns)),
+            )
+        elif kind == "update":
+            query = sql.SQL("UPDATE {} SET {} WHERE {}").format(
+                self._target,
+                sql.SQL(", ").join(sql.SQL("{} = %s").format(i) for i in idents),
+                self._where,
+            )
+        else:
+            query = sql.SQL("DELETE FROM {} WHERE {}").format(self._target, self._where)
+        self._sql_cache[(kind, columns)] = query
+        return query
+
+    # --- the key cache ----------------------------------------------------------------------
+
+    def _load_keys(self, conn: psycopg.Connection[Any]) -> None:
+        query = sql.SQL("SELECT {} FROM {}").format(
+            sql.SQL(", ").join(sql.Identifier(c) for c in self.key_columns), self._target
+        )
+        with conn.transaction():
+            self._keys = [tuple(r) for r in conn.execute(query)]
+        self._index = {k: i for i, k in enumerate(self._keys)}
+        self._hot = self._keys[: self.hot_keys]
+
+    def _add(self, key: Key) -> None:
+        self._index[key] = len(self._keys)
+        self._keys.append(key)
+
+    def _remove(self, key: Key) -> None:
+        # Swap with the last key: O(1), and order does not matter for random picks.
+        i = self._index.pop(key)
+        last = self._keys.pop()
+        if i < len(self._keys):
+            self._keys[i] = last
+            self._index[last] = i
+
+    def _pick(self) -> Key:
+        if self._hot and self._rng.random() < self.hot_share:
+            slot = self._rng.randrange(len(self._hot))
+            if self._hot[slot] not in self._index:  # deleted or re-keyed: another row is hot
+                self._hot[slot] = self._rng.choice(self._keys)
+            return self._hot[slot]
+        return self._rng.choice(self._keys)
+
+    def _fresh_key(self) -> Key:
+        for _ in range(100):
+            key = tuple(self.new_key())
+            if key not in self._index:
+                return key
+        raise RuntimeError("new_key() returned 100 keys already in the table")
