@@ -148,6 +148,8 @@ class Engine:
         self._target: int | None = None  # the log end --until-caught-up waits for
         self._last_progress_request = 0.0
         self._in_txn = False  # a transaction's changes are being handed over
+        # Events on their way to the sink, in order; written in batches (one call per read).
+        self._out: list[ChangeEvent] = []
 
     # ---------------------------------------------------------------- running
 
@@ -172,6 +174,7 @@ class Engine:
                     break
                 for item in reader.read(READ_TIMEOUT_S):
                     self._handle(item)
+                self._flush_out()
                 for result in worker.poll():
                     self._on_result(result)
                 self._schedule()
@@ -204,10 +207,17 @@ class Engine:
                     progress.last_read_key,
                 )
 
+    def _flush_out(self) -> None:
+        if self._out:
+            self._sink.write(self._out)
+            self._out = []
+
     def _shutdown(self) -> None:
         """Checkpoint at the last transaction boundary, wait for the sink, save state."""
         try:
-            if self._boundary is not None and self._dirty:
+            # Never mid-transaction: the saved state must describe a point the log can
+            # restart from exactly (the sink is cut back to it on the next start).
+            if self._boundary is not None and self._dirty and not self._in_txn:
                 self._checkpoint()
             self._sink.close()
             self._collect_acks()
@@ -258,7 +268,7 @@ class Engine:
                 progress = self.state.progress(event.table)
                 if progress is not None:
                     self._fail(self._run_of(progress), str(exc))
-        self._sink.write([event])
+        self._out.append(event)
 
     def _window_keys(self, event: ChangeEvent) -> list[Key]:
         if event.op is Op.TRUNCATE:
@@ -614,7 +624,7 @@ class Engine:
         self._schedule()
         # Rule 5: the close watermark is an output barrier: the survivors go to the sink now,
         # before the engine handles any log item after the watermark.
-        self._sink.write(list(batch.events(event.source, _now_ms(), run.convert)))
+        self._out.extend(batch.events(event.source, _now_ms(), run.convert))
         progress.chunk_done(
             last_key=batch.last_key,
             selected=batch.selected,
@@ -708,6 +718,7 @@ class Engine:
         state's stream position and the sink's content describe the same point."""
         assert self._boundary is not None
         snapshot = self.state.model_copy(deep=True)
+        self._flush_out()
         checkpoint = self._sink.checkpoint()
         self._pending[checkpoint] = _Pending(snapshot, dict(self._boundary))
         self._last_checkpoint = time.monotonic()

@@ -746,3 +746,36 @@ def test_misfit_message_names_the_offending_value_type() -> None:
     w.observe(update(("seven",), ("code",)))
     with pytest.raises(WindowKeyError, match="str value"):
         w.close(CLOSE_AT)
+
+
+# --- stale keys and READ events ------------------------------------------------------------
+
+
+def test_drop_removes_stale_keys_only_while_open() -> None:
+    w = window()
+    with pytest.raises(WindowOrderError):
+        w.drop({(1,)})  # before the open watermark: the engine has nothing to decide yet
+    w.open(OPEN_AT)
+    w.fill(chunk([1, 2, 3]))
+    w.drop({(2,), (99,)})
+    batch = w.close(CLOSE_AT)
+    assert ids(batch) == [1, 3]
+    assert batch.dropped == 1
+    with pytest.raises(WindowOrderError):
+        w.drop({(1,)})
+
+
+def test_read_events_share_the_close_source_and_convert_rows() -> None:
+    w = open_window()
+    w.fill(chunk([4, 5]))
+    batch = w.close(CLOSE_AT)
+    close_source = src(SIGNALS, CLOSE_AT)
+    events = list(
+        batch.events(close_source, 77, convert=lambda row: {**row, "name": row["name"].upper()})
+    )
+    assert [e.source.position for e in events] == [CLOSE_AT.read_row(0), CLOSE_AT.read_row(1)]
+    assert all(e.source.table == TABLE for e in events)
+    assert all(e.source.snapshot is SnapshotMarker.INCREMENTAL for e in events)
+    assert [e.after["name"] for e in events if e.after] == ["ROW4", "ROW5"]
+    assert [e.key for e in events] == [(4,), (5,)]
+    assert events[0].source.to_dict()["pos"] == CLOSE_AT.read_row(0).token
