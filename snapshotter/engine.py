@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from signals import (
@@ -133,7 +133,18 @@ class Engine:
         self.state = store.load()
         self._runs: dict[str, _TableRun] = {}  # by signal id + table
         self._windows: dict[str, _Flight] = {}
-        self._key_columns: dict[TableId, tuple[str, ...]] = {}
+        # Three kinds of key, kept apart: the primary key (the decoder's key for log events,
+        # described once per table), the paging key of a table's current snapshot (what
+        # windows and the visibility history compare), and, for a table without a primary
+        # key snapshotted by a surrogate key, that surrogate as the key of all its events
+        # (READ rows and log events must share one key shape, before and after a restart).
+        self._primary_keys: dict[TableId, tuple[str, ...] | None] = {}
+        self._paging_keys: dict[TableId, tuple[str, ...]] = {}
+        self._surrogate_keys: dict[TableId, tuple[str, ...]] = {
+            p.table: tuple(p.key_columns)
+            for p in self.state.snapshots
+            if p.surrogate_key and p.key_columns and p.status is not SnapshotStatus.FAILED
+        }
         self._shapes: dict[TableId, TableShape] = {}
         self._history = RecentTransactions()
         self._pending: dict[int, _Pending] = {}
@@ -268,7 +279,8 @@ class Engine:
                 progress = self.state.progress(event.table)
                 if progress is not None:
                     self._fail(self._run_of(progress), str(exc))
-        self._out.append(event)
+        surrogate = self._surrogate_keys.get(event.table)
+        self._out.append(event if surrogate is None else self._rekey(event, surrogate))
 
     def _window_keys(self, event: ChangeEvent) -> list[Key]:
         if event.op is Op.TRUNCATE:
@@ -552,7 +564,9 @@ class Engine:
             run.starting = False
             run.schema = result.schema
             run.convert = self._dialect.row_converter(result.schema)
-            self._key_columns[task.table] = result.key_columns
+            self._paging_keys[task.table] = result.key_columns
+            if not result.schema.primary_key:
+                self._surrogate_keys[task.table] = result.key_columns
             if progress.status is SnapshotStatus.PENDING:
                 progress.key_columns = list(result.key_columns)
                 progress.start(result.max_key)
@@ -673,31 +687,36 @@ class Engine:
     # ---------------------------------------------------------------- keys
 
     def _snapshot_key_columns(self, table: TableId) -> tuple[str, ...] | None:
-        return self._key_columns.get(table)
+        return self._paging_keys.get(table)
 
     def _key_columns_of(self, table: TableId) -> Sequence[str] | None:
-        """The key of a table's events: the paging key when a snapshot described the table,
-        else its primary key (described once, here, on first sight)."""
-        if table in self._key_columns:
-            return self._key_columns[table]
+        """The decoder's key for a table's log events: its primary key (None: the decoder
+        falls back to the log's identity columns)."""
         if table == self._signal_table:
             return ("id",)
-        try:
-            schema = self._dialect.describe(table)
-        except Exception:
-            return None
-        if schema.primary_key:
-            self._key_columns[table] = schema.primary_key
-            return schema.primary_key
-        return None
+        if table not in self._primary_keys:
+            try:
+                self._primary_keys[table] = self._dialect.describe(table).primary_key or None
+            except Exception:
+                return None  # not cached: asked again on the table's next Relation message
+        return self._primary_keys[table]
 
     def key_names(self, table: TableId) -> Sequence[str]:
         """Column names of an event's ``key`` (for sinks that write a key object)."""
-        columns = self._key_columns_of(table)
+        columns = self._surrogate_keys.get(table) or self._key_columns_of(table)
         if columns:
             return columns
         shape = self._shapes.get(table)
         return tuple(name for name, _ in shape.columns) if shape else ()
+
+    def _rekey(self, event: ChangeEvent, columns: tuple[str, ...]) -> ChangeEvent:
+        """Key a log event of a table without a primary key by its surrogate key."""
+        if event.op is Op.TRUNCATE:
+            return event
+        row = event.after if event.after is not None else event.before
+        if row is None or any(c not in row for c in columns):
+            return event  # cannot happen under REPLICA IDENTITY FULL, which snapshot_key checks
+        return replace(event, key=tuple(row[c] for c in columns))
 
     def _recording(self) -> bool:
         return self.state.active() is not None or bool(self._windows)

@@ -1,0 +1,1157 @@
+"""Convergence: replayed in file order, the engine's output equals the table, row for row.
+
+Every test builds tables, runs the real engine (``engine_harness.Capture``) while something
+writes to them, and checks the output with ``Capture.verify``: materialized by key in file
+order (deletes remove, a truncate clears), it must equal the table, and no key's
+``source.pos`` may go back.
+
+The suite is written once for every source database: what differs per database (DDL, the
+SQL that seeds rows, the writer's value generators, how to connect) lives in a ``Source``
+built by the ``source`` fixture. Only PostgreSQL exists today; MySQL/MariaDB add a param.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import signal
+import string
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta, timezone
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+
+from signals.names import TableId
+from snapshotter.chunk_worker import ChunkTask, PhaseHooks
+from snapshotter.dialects import pg_types
+from snapshotter.dialects.postgres import PostgresDialect
+from snapshotter.verify import Verdict, compare, materialize, read_table_rows
+from tests.integration.engine_harness import Capture, CaptureFactory, EngineThread
+from tests.integration.writer import KINDS, RandomWriter
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+Key = tuple[Any, ...]
+Row = dict[str, Any]
+Hook = Callable[[ChunkTask], None]
+
+ROWS = 50_000  # rows in each convergence table
+CHANGES = 5_000  # changes the writer commits while the snapshot runs
+CHUNK = 1_000
+
+
+# --- what differs per source database ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Table:
+    """One scenario's table on one source: DDL, seed rows, the writer's value generators."""
+
+    name: str
+    ddl: Sequence[str]  # statements; {s} is the quoted schema
+    seed: str  # fills the table with {n} rows
+    key: tuple[str, ...]
+    new_key: Callable[[random.Random, int], Key]  # (rng, seeded rows) -> a key
+    new_row: Callable[[random.Random, Key], Row]  # non-key columns (a subset is fine)
+
+
+@dataclass
+class Source:
+    name: str
+    schema: str  # the test's schema, where every capture works
+    make_capture: CaptureFactory
+    tables: Mapping[str, Table]
+    quote: Callable[[str], str]  # an identifier, quoted
+    connect: Callable[[Capture], Any]  # a DB-API connection in autocommit mode
+    other_schema: Callable[[Capture], Any]  # context manager: a schema outside the capture
+    # Capture.verify with a chosen key: the harness keys a table without a primary key by
+    # all its columns, a surrogate-key snapshot keys its events by the surrogate key.
+    verify_by: Callable[[Capture, str, Sequence[str]], Verdict]
+    logged: Callable[[Capture, str], bool]  # whether the log carries a table now
+
+    def capture(self, **kwargs: Any) -> Capture:
+        return self.make_capture(**kwargs)
+
+    def sql(
+        self, cap: Capture, template: str, params: Sequence[Any] = (), schema: str | None = None
+    ) -> list[tuple[Any, ...]]:
+        """Run ``template`` with ``{s}`` replaced by the quoted schema (the test's)."""
+        text = template.format(s=self.quote(schema or cap.schema))
+        # No parameters: None, so that a '%' operator is not taken for a placeholder.
+        return cap.sql(text, params or None)  # type: ignore[arg-type]
+
+    def create(
+        self, cap: Capture, table: Table | str, rows: int, schema: str | None = None
+    ) -> Table:
+        spec = self.tables[table] if isinstance(table, str) else table
+        for statement in spec.ddl:
+            self.sql(cap, statement, schema=schema)
+        if rows:
+            self.sql(cap, spec.seed.replace("{n}", str(rows)), schema=schema)
+        return spec
+
+    def insert(self, cap: Capture, table: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Insert ``rows`` (every column, in order) into ``table``, one transaction."""
+        marks = ", ".join(["%s"] * len(rows[0]))
+        conn = self.connect(cap)
+        try:
+            conn.autocommit = False
+            with conn.cursor() as cur:
+                cur.executemany(
+                    f"INSERT INTO {self.quote(cap.schema)}.{self.quote(table)} VALUES ({marks})",
+                    list(rows),
+                )
+            conn.commit()
+        finally:
+            conn.close()
+
+    def writer(
+        self, cap: Capture, table: Table, rows: int, schema: str | None = None, **kwargs: Any
+    ) -> RandomWriter:
+        rng = random.Random(kwargs.pop("seed", None))
+        return RandomWriter(
+            cap.url,
+            TableId(schema or cap.schema, table.name),
+            table.key,
+            new_key=lambda: table.new_key(rng, rows),
+            new_row=lambda key: table.new_row(rng, key),
+            seed=rng.randrange(2**32),
+            **kwargs,
+        )
+
+
+def _maybe(rng: random.Random, value: Any, share: float = 0.1) -> Any:
+    return None if rng.random() < share else value
+
+
+def _letters(rng: random.Random, k: int) -> str:
+    return "".join(rng.choices(string.ascii_letters + string.digits, k=k))
+
+
+TEXTS = ("plain", 'quote " and \\ backslash', "tab\tcr\r\nlf", "ünïcødé ß é", "emoji 🐘", "")
+BIG_KEY = 10**12  # keys of the bigint scenario start here
+T0 = datetime(2024, 1, 1, tzinfo=UTC)
+HOUR = timedelta(hours=1, microseconds=123)
+IST = timezone(timedelta(hours=5, minutes=30))
+
+
+def _items_row(rng: random.Random, key: Key) -> Row:
+    return {
+        "a": rng.randrange(10),
+        "name": rng.choice(TEXTS) + _letters(rng, 8),
+        "n": _maybe(rng, rng.randint(-1000, 1000)),
+    }
+
+
+def _wide_row(rng: random.Random, key: Key) -> Row:
+    if rng.random() < 0.3:  # small columns only: TOASTed values stay unchanged in updates
+        return {"i": _maybe(rng, rng.randint(-(2**31), 2**31 - 1)), "f": rng.random() < 0.5}
+    big = _letters(rng, 10_000) if rng.random() < 0.2 else "short"
+    doc = {"r": rng.random(), "s": rng.choice(TEXTS), "l": [1, None, True, 2.5], "n": {"k": 1}}
+    return {
+        "i": _maybe(rng, rng.randint(-(2**31), 2**31 - 1)),
+        "b": _maybe(rng, rng.randint(-(2**63), 2**63 - 1)),
+        "n": _maybe(rng, Decimal(rng.randint(-(10**12), 10**12)).scaleb(-rng.randint(0, 6))),
+        "t": _maybe(rng, rng.choice(TEXTS) + _letters(rng, 5)),
+        "v": _maybe(rng, "v" + _letters(rng, rng.randint(0, 30))),
+        "f": _maybe(rng, rng.random() < 0.5),
+        "u": _maybe(rng, uuid.UUID(int=rng.getrandbits(128), version=4)),
+        "d": _maybe(rng, date(1900, 1, 1) + timedelta(days=rng.randint(0, 80_000))),
+        "ts": _maybe(
+            rng, T0.astimezone(IST) + timedelta(microseconds=rng.randint(-(10**15), 10**15))
+        ),
+        "raw": _maybe(rng, rng.randbytes(rng.choice((0, 1, 16, 9_000)))),
+        "doc": _maybe(rng, Jsonb(doc)),
+        "big": _maybe(rng, big),
+    }
+
+
+def postgres_tables() -> dict[str, Table]:
+    def full(name: str) -> str:
+        return f"ALTER TABLE {{s}}.{name} REPLICA IDENTITY FULL"
+
+    tables = [
+        Table(
+            "items",  # (a) a bigint key; also the plain table of the functional tests
+            [
+                "CREATE TABLE {s}.items (id bigint PRIMARY KEY, a int NOT NULL, name text, n int)",
+                full("items"),
+            ],
+            f"INSERT INTO {{s}}.items SELECT {BIG_KEY} + g * 10, g % 10, 'item ' || g, g "
+            "FROM generate_series(1, {n}) g",
+            ("id",),
+            lambda rng, n: (BIG_KEY + rng.randint(1, n * 12),),  # a sixth beyond the maximum
+            _items_row,
+        ),
+        Table(
+            "composite",  # (b) a composite (int, text) key
+            [
+                "CREATE TABLE {s}.composite (region int, code text, payload text, "
+                "amount numeric, PRIMARY KEY (region, code))",
+                full("composite"),
+            ],
+            "INSERT INTO {s}.composite SELECT g % 40, chr(65 + g % 26) || chr(97 + g / 26 % 26)"
+            " || CASE WHEN g % 7 = 0 THEN 'é' WHEN g % 7 = 1 THEN ' ' ELSE '-' END || g, "
+            "'payload ' || g, g / 100.0 FROM generate_series(1, {n}) g",
+            ("region", "code"),
+            lambda rng, n: (
+                rng.randint(0, 44),
+                rng.choice("AbéZß 0-") + _letters(rng, rng.randint(1, 8)),
+            ),
+            lambda rng, key: {
+                "payload": rng.choice(TEXTS) + _letters(rng, 6),
+                "amount": _maybe(rng, Decimal(rng.randint(-(10**8), 10**8)).scaleb(-2)),
+            },
+        ),
+        Table(
+            "typed",  # (c) timestamptz, numeric and uuid in one key; ties on the first two
+            [
+                "CREATE TABLE {s}.typed (ts timestamptz, n numeric, u uuid, note text, "
+                "PRIMARY KEY (ts, n, u))",
+                full("typed"),
+            ],
+            "INSERT INTO {s}.typed SELECT TIMESTAMPTZ '2024-01-01 00:00:00+00' + g % 20 * "
+            "INTERVAL '1 hour 0.000123 second', round(g / 20 % 100 / 4.0 - 10, 2), "
+            "md5(g::text)::uuid, 'note ' || g FROM generate_series(1, {n}) g",
+            ("ts", "n", "u"),
+            lambda rng, n: (
+                (T0 + rng.randint(0, 24) * HOUR).astimezone(IST),
+                Decimal(rng.randint(-1_200, 1_800)).scaleb(-2),
+                uuid.UUID(int=rng.getrandbits(128), version=4),
+            ),
+            lambda rng, key: {"note": _maybe(rng, rng.choice(TEXTS) + _letters(rng, 4))},
+        ),
+        Table(
+            "wide",  # (d) every common type, NULLs, values over 8 KB (TOAST)
+            [
+                "CREATE TABLE {s}.wide (id int PRIMARY KEY, i int, b bigint, n numeric, t text,"
+                " v varchar(40), f bool, u uuid, d date, ts timestamptz, raw bytea, doc jsonb,"
+                " big text)",
+                full("wide"),
+            ],
+            "INSERT INTO {s}.wide SELECT g, CASE WHEN g % 17 <> 0 THEN g * 7919 % 2000000 - "
+            "1000000 END, CASE WHEN g % 19 <> 0 THEN g * 1000000007::bigint END, "
+            "CASE WHEN g % 23 <> 0 THEN round(g / 7.0, 6) END, 'text ' || g || E' é\\t\"q\"',"
+            " 'v' || g, CASE WHEN g % 29 <> 0 THEN g % 2 = 0 END, md5(g::text)::uuid, "
+            "DATE '2000-01-01' + g, TIMESTAMPTZ '2020-01-01 00:00:00+00' + g * INTERVAL "
+            "'61.5 seconds', CASE WHEN g % 31 <> 0 THEN decode(md5(g::text), 'hex') END, "
+            "CASE WHEN g % 37 <> 0 THEN jsonb_build_object('g', g, 'tags', "
+            "jsonb_build_array('a', g % 3, null), 'ü', g % 2 = 0) END, "
+            "CASE WHEN g % 50 = 0 THEN (SELECT string_agg(md5(g || ':' || i), '') "
+            "FROM generate_series(1, 320) i) END FROM generate_series(1, {n}) g",
+            ("id",),
+            lambda rng, n: (rng.randint(1, n * 3),),
+            _wide_row,
+        ),
+        Table(
+            "parted",  # (e) range-partitioned on the key, with a default partition
+            [
+                "CREATE TABLE {s}.parted (id bigint NOT NULL, grp int, payload text, "
+                "PRIMARY KEY (id)) PARTITION BY RANGE (id)",
+                "CREATE TABLE {s}.parted_0 PARTITION OF {s}.parted "
+                "FOR VALUES FROM (MINVALUE) TO (150000)",
+                "CREATE TABLE {s}.parted_1 PARTITION OF {s}.parted "
+                "FOR VALUES FROM (150000) TO (300000)",
+                "CREATE TABLE {s}.parted_2 PARTITION OF {s}.parted "
+                "FOR VALUES FROM (300000) TO (450000)",
+                "CREATE TABLE {s}.parted_3 PARTITION OF {s}.parted DEFAULT",
+                *(full(f"parted_{i}") for i in range(4)),
+            ],
+            "INSERT INTO {s}.parted SELECT g * 10, g % 13, 'payload ' || g "
+            "FROM generate_series(1, {n}) g",
+            ("id",),
+            lambda rng, n: (rng.randint(1, n * 12),),  # key changes move rows across partitions
+            lambda rng, key: {"grp": rng.randrange(13), "payload": _letters(rng, 12)},
+        ),
+        Table(
+            "nopk",  # no primary key: a unique NOT NULL column to page by (surrogate key)
+            [
+                "CREATE TABLE {s}.nopk (uid bigint NOT NULL UNIQUE, label text)",
+                full("nopk"),
+            ],
+            "INSERT INTO {s}.nopk SELECT g * 3, 'row ' || g FROM generate_series(1, {n}) g",
+            ("uid",),
+            lambda rng, n: (rng.randint(1, n * 4),),
+            lambda rng, key: {"label": _letters(rng, 6)},
+        ),
+    ]
+    return {t.name: t for t in tables}
+
+
+def _pg_quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+@contextmanager
+def _pg_other_schema(cap: Capture) -> Iterator[str]:
+    name = f"other_{uuid.uuid4().hex[:10]}"
+    cap.sql(f"CREATE SCHEMA {_pg_quote(name)}")
+    try:
+        yield name
+    finally:
+        cap.sql(f"DROP SCHEMA {_pg_quote(name)} CASCADE")
+
+
+def _pg_verify_by(cap: Capture, table: str, key: Sequence[str]) -> Verdict:
+    """``Capture.verify`` with a chosen key (the harness keys a table without a primary key
+    by all its columns; a surrogate-key snapshot keys its events by the surrogate key)."""
+    dialect = PostgresDialect(
+        cap.url, signal_table=cap.table_id("debezium_signal"), publication=cap.publication
+    )
+    try:
+        schema = dialect.describe(cap.table_id(table))
+    finally:
+        dialect.close()
+    columns = [(c.name, c.type_code) for c in schema.columns]
+    with psycopg.connect(cap.url, context=pg_types.LoadContext()) as conn:
+        conn.execute("SET TimeZone = 'UTC'")
+        rows = list(read_table_rows(conn, cap.table_id(table), columns))
+    return compare(materialize(cap.sink_path, cap.topic(table)), rows, key)
+
+
+def _pg_logged(cap: Capture, table: str) -> bool:
+    """Whether the log carries ``table``: it is in the publication (by its root's name)."""
+    found = cap.sql(
+        "SELECT 1 FROM pg_publication_tables WHERE pubname = %s AND schemaname = %s "
+        "AND tablename = %s",
+        (cap.publication, cap.schema, table),
+    )
+    via_root = cap.sql(
+        "SELECT pubviaroot FROM pg_publication WHERE pubname = %s", (cap.publication,)
+    )
+    return bool(found) and via_root == [(True,)]
+
+
+def postgres_source(capture: CaptureFactory, schema: str) -> Source:
+    return Source(
+        name="postgres",
+        schema=schema,
+        make_capture=capture,
+        tables=postgres_tables(),
+        quote=_pg_quote,
+        connect=lambda cap: psycopg.connect(cap.url, autocommit=True),
+        other_schema=_pg_other_schema,
+        verify_by=_pg_verify_by,
+        logged=_pg_logged,
+    )
+
+
+@pytest.fixture(params=["postgres"])
+def source(request: pytest.FixtureRequest) -> Source:
+    if request.param == "postgres":
+        return postgres_source(
+            request.getfixturevalue("capture"), request.getfixturevalue("pg_schema")
+        )
+    raise AssertionError(f"unknown source {request.param}")
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+def qualified(cap: Capture, table: str) -> str:
+    return f"{cap.schema}.{table}"
+
+
+def wait_for(
+    predicate: Callable[[], bool],
+    what: str,
+    timeout: float = 60.0,
+    engine: EngineThread | None = None,
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if engine is not None and not engine.thread.is_alive():
+            code = engine.join(1)  # re-raises the engine's error, if any
+            raise AssertionError(f"the engine ended (exit code {code}) while waiting for {what}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def report(cap: Capture) -> dict[str, Any]:
+    """``status()``, or an empty report before the engine saved its first state."""
+    try:
+        return cap.status()
+    except FileNotFoundError:
+        return {"snapshots": [], "signal_problems": [], "paused": False}
+
+
+def progress(cap: Capture, table: str) -> dict[str, Any]:
+    """The newest snapshot record of ``table`` in the saved state ({} if none yet)."""
+    found = [s for s in report(cap)["snapshots"] if s["table"] == qualified(cap, table)]
+    return found[-1] if found else {}
+
+
+def state_of(cap: Capture, table: str) -> str | None:
+    state: str | None = progress(cap, table).get("state")
+    return state
+
+
+def events(cap: Capture, table: str) -> list[dict[str, Any]]:
+    """The sink's events of ``table``; a last line the sink is still writing is left out."""
+    if not cap.sink_path.exists():
+        return []
+    topic = cap.topic(table)
+    data = cap.sink_path.read_bytes()
+    complete = data[: data.rfind(b"\n") + 1]
+    out = []
+    for line in complete.decode("utf-8").splitlines():
+        record = json.loads(line)
+        if record["topic"] == topic:
+            out.append(record)
+    return out
+
+
+def op(event: Mapping[str, Any]) -> str:
+    value: str = event["value"]["op"]
+    return value
+
+
+def key_of(event: Mapping[str, Any]) -> str:
+    return json.dumps(event["key"], sort_keys=True)
+
+
+def reads(cap: Capture, table: str) -> Counter[str]:
+    """READ events per key (canonical key JSON)."""
+    return Counter(key_of(e) for e in events(cap, table) if op(e) == "r")
+
+
+def ops(cap: Capture, table: str) -> Counter[str]:
+    return Counter(op(e) for e in events(cap, table))
+
+
+def assert_converged(cap: Capture, table: str) -> Verdict:
+    verdict = cap.verify(table)
+    assert verdict.ok, verdict.render()
+    return verdict
+
+
+def catch_up(cap: Capture, phase_hooks: PhaseHooks | None = None) -> int:
+    """``snapshotter run --until-caught-up``, failing fast if it hangs."""
+    return cap.run(hooks=phase_hooks, timeout=120)
+
+
+def at_chunk(number: int, action: Callable[[], None]) -> Hook:
+    """A hook that runs ``action`` once, in the chunk numbered ``number`` (1-based)."""
+    done = threading.Event()
+
+    def hook(task: ChunkTask) -> None:
+        if task.number == number and not done.is_set():
+            done.set()
+            action()
+
+    return hook
+
+
+def sleep_hook(seconds: float) -> Hook:
+    def hook(task: ChunkTask) -> None:
+        time.sleep(seconds)
+
+    return hook
+
+
+class Pacer:
+    """Phase hooks that spread a writer's changes over the whole snapshot: before its open
+    watermark, chunk k waits until the writer has committed k/``chunks`` of ``target``
+    changes since the first chunk began. ``during`` is what the writer had committed
+    since then when the newest close watermark was written."""
+
+    def __init__(self, writer: RandomWriter, target: int, chunks: int) -> None:
+        self.writer = writer
+        self.target = target
+        self.chunks = max(1, chunks)
+        self.start: int | None = None
+        self.during = 0
+        self.waited = 0.0
+
+    def before_open(self, task: ChunkTask) -> None:
+        if self.start is None:
+            self.start = self.writer.total
+        want = min(self.target, math.ceil(task.number * self.target / self.chunks))
+        began = time.monotonic()
+        deadline = began + 60
+        while (
+            self.writer.total - self.start < want
+            and self.writer.running
+            and time.monotonic() < deadline
+        ):
+            time.sleep(0.005)
+        self.waited += time.monotonic() - began
+
+    def after_close(self, task: ChunkTask) -> None:
+        assert self.start is not None
+        self.during = self.writer.total - self.start
+
+    def hooks(self) -> PhaseHooks:
+        return PhaseHooks(before_open=self.before_open, after_close=self.after_close)
+
+
+@dataclass
+class Timer:
+    marks: list[tuple[str, float]] = field(default_factory=list)
+    last: float = field(default_factory=time.monotonic)
+
+    def mark(self, label: str) -> None:
+        now = time.monotonic()
+        self.marks.append((label, now - self.last))
+        self.last = now
+
+    def __str__(self) -> str:
+        return ", ".join(f"{label} {seconds:.1f} s" for label, seconds in self.marks)
+
+
+def no_partial_lines(path: Path) -> None:
+    data = path.read_bytes()
+    assert data.endswith(b"\n"), "the JSONL file ends with a partial line"
+    for number, line in enumerate(data.split(b"\n")[:-1], 1):
+        assert line, f"line {number} is empty"
+        json.loads(line)  # raises on a partial or corrupt line
+
+
+# --- 1. convergence under a concurrent random writer ------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", ["items", "composite", "typed", "wide", "parted"])
+def test_converges_under_a_concurrent_random_writer(source: Source, scenario: str) -> None:
+    timer = Timer()
+    cap = source.capture(chunk_size=CHUNK)
+    table = source.create(cap, scenario, ROWS)
+    cap.init()
+    timer.mark("setup")
+    writer = source.writer(cap, table, ROWS, changes=None, seed=sum(map(ord, scenario)))
+    # Pace on three quarters of the chunks the table has now: the writer reaches the target
+    # before the last chunk even if deletes and key changes make fewer chunks.
+    pacer = Pacer(writer, CHANGES, chunks=ROWS * 3 // (4 * CHUNK))
+    with writer:
+        wait_for(lambda: writer.total >= 100, "the writer to get going")
+        cap.execute(qualified(cap, table.name))
+        engine = cap.start(hooks=pacer.hooks())
+        wait_for(
+            lambda: state_of(cap, table.name) not in (None, "pending", "running"),
+            "the snapshot to finish",
+            timeout=180,
+            engine=engine,
+        )
+    timer.mark("snapshot")
+    assert engine.stop() == 0
+    assert catch_up(cap) == 0  # read the log to its end: everything the writer committed
+    timer.mark("catch-up")
+    verdict = assert_converged(cap, table.name)
+    timer.mark("verify")
+    done = progress(cap, table.name)
+    counts = ops(cap, table.name)
+    print(
+        f"\n{source.name}/{scenario}: {timer}; {verdict.table_rows} rows, {done['chunks']} "
+        f"chunks; writer {pacer.during} changes during the snapshot, {dict(writer.counts)}; "
+        f"pacer waited {pacer.waited:.1f} s; events {dict(counts)}"
+    )
+    assert done["state"] == "done", done
+    assert done["chunks"] >= ROWS // CHUNK // 2, done  # many windows
+    assert pacer.during >= CHANGES, f"only {pacer.during} changes while the snapshot ran"
+    assert all(writer.counts[k] > 0 for k in KINDS), writer.counts
+    assert all(counts[k] > 0 for k in "rcud"), counts
+    if scenario == "wide":  # values over 8 KB went through both the chunks and the log
+        big = [
+            e
+            for e in events(cap, "wide")
+            if len((e["value"]["after"] or {}).get("big") or "") > 8192
+        ]
+        assert {"r", "c", "u"} <= {op(e) for e in big}
+    if scenario == "parted":
+        assert source.logged(cap, "parted")
+        # Changes are named by the root: no event lands under a partition's topic.
+        assert not any(events(cap, f"parted_{i}") for i in range(4))
+
+
+# --- 2. hot keys ------------------------------------------------------------------------------
+
+
+class Hammer:
+    """Updates a few hot keys in a loop, one committed statement at a time, until stopped."""
+
+    def __init__(self, source: Source, cap: Capture, statement: str, keys: Sequence[Key]):
+        self.source, self.cap, self.keys = source, cap, list(keys)
+        self.statement = statement.format(s=source.quote(cap.schema))
+        self.count = 0
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="hammer", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            conn = self.source.connect(self.cap)
+            try:
+                cur = conn.cursor()
+                for key in self._cycle():
+                    if self._stop.is_set():
+                        return
+                    cur.execute(self.statement, (f"hot {self.count}", *key))
+                    self.count += 1
+            finally:
+                conn.close()
+        except BaseException as exc:
+            self.error = exc
+
+    def _cycle(self) -> Iterator[Key]:
+        while True:
+            yield from self.keys
+
+    def __enter__(self) -> Hammer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        if self.error is not None:
+            raise AssertionError("the hot-key writer failed") from self.error
+
+
+def test_hot_keys_updated_continuously_do_not_stop_the_snapshot(source: Source) -> None:
+    rows = 20_000
+    cap = source.capture(chunk_size=500)
+    source.create(cap, "items", rows)
+    cap.init()
+    # Five hot rows: the first, three in the middle and the maximum key.
+    hot = [(BIG_KEY + g * 10,) for g in (1, rows // 4, rows // 2, 3 * rows // 4, rows)]
+    statement = "UPDATE {s}.items SET name = %s, n = n + 1 WHERE id = %s"
+    with Hammer(source, cap, statement, hot) as hammer:
+        wait_for(lambda: hammer.count >= 100, "the hot-key writer to get going")
+        before = hammer.count
+
+        def pace(task: ChunkTask) -> None:
+            # Each chunk waits for a few more hot updates, so every window races them
+            # whatever the machine's speed (no timing assumption).
+            target = hammer.count + 15
+            deadline = time.monotonic() + 10
+            while hammer.count < target and time.monotonic() < deadline:
+                time.sleep(0.002)
+
+        cap.execute(qualified(cap, "items"))
+        engine = cap.start(hooks=PhaseHooks(before_open=pace))
+        wait_for(
+            lambda: state_of(cap, "items") not in (None, "pending", "running"),
+            "the snapshot to finish",
+            timeout=120,
+            engine=engine,
+        )
+        during = hammer.count - before
+    assert engine.stop() == 0
+    assert catch_up(cap) == 0
+    assert_converged(cap, "items")
+    done = progress(cap, "items")
+    read = reads(cap, "items")
+    hot_read = sum(read[json.dumps({"id": k[0]})] for k in hot)
+    print(f"\n{during} hot updates during the snapshot; hot keys read {hot_read} times; {done}")
+    assert done["state"] == "done"
+    assert during >= 500, f"only {during} hot updates while the snapshot ran"
+    assert max(read.values()) == 1
+    assert len(read) >= rows - len(hot)  # only hot rows may have been dropped by windows
+
+
+# --- 3. TRUNCATE ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("phase", ["before_open", "after_open", "after_read"])
+def test_truncate_during_the_snapshot_converges(source: Source, phase: str) -> None:
+    rows = 10_000
+    cap = source.capture(chunk_size=500)
+    table = source.create(cap, "items", rows)
+    cap.init()
+
+    def truncate_and_refill() -> None:
+        source.sql(cap, "TRUNCATE {s}.items")
+        # New rows across the old key range and beyond its maximum.
+        refill = [(BIG_KEY + g * 35 + 3, g % 10, "after", g) for g in range(1, rows // 3)]
+        source.insert(cap, "items", refill)
+
+    writer = source.writer(cap, table, rows, changes=None, rate=400, seed=3)
+    with writer:
+        wait_for(lambda: writer.total >= 50, "the writer to get going")
+        cap.execute(qualified(cap, "items"))
+        engine = cap.start(hooks=PhaseHooks(**{phase: at_chunk(6, truncate_and_refill)}))
+        wait_for(
+            lambda: state_of(cap, "items") not in (None, "pending", "running"),
+            "the snapshot to finish",
+            timeout=120,
+            engine=engine,
+        )
+        time.sleep(0.5)  # writes after the snapshot too
+    assert engine.stop() == 0
+    assert catch_up(cap) == 0
+    assert_converged(cap, "items")
+    counts = ops(cap, "items")
+    print(f"\ntruncate at {phase} of chunk 6: events {dict(counts)}; writer {writer.counts}")
+    assert counts["t"] == 1
+    assert state_of(cap, "items") == "done"
+
+
+# --- 4. a filter with OR ----------------------------------------------------------------------
+
+
+def test_a_filter_with_or_reads_only_matching_rows_once_within_the_key_range(
+    source: Source,
+) -> None:
+    rows = 5_000
+    cap = source.capture(chunk_size=100)
+    source.create(cap, "items", rows)
+    cap.init()
+    maximum = BIG_KEY + 10 * max(g for g in range(1, rows + 1) if g % 10 in (1, 2))
+    # Beyond the table's last row, matching the filter (a in (1, 2)).
+    beyond = [BIG_KEY + rows * 10 + 1 + i for i in range(0, 300, 3)]
+
+    def insert_beyond_the_maximum() -> None:
+        source.insert(cap, "items", [(k, 1 + i % 2, "beyond", 0) for i, k in enumerate(beyond)])
+
+    cap.execute(qualified(cap, "items"), filters=[f"{qualified(cap, 'items')}=a = 1 OR a = 2"])
+    assert catch_up(cap, PhaseHooks(before_open=at_chunk(2, insert_beyond_the_maximum))) == 0
+    done = progress(cap, "items")
+    assert done["state"] == "done"
+    assert done["max_key"] == [maximum]
+    read_events = [e for e in events(cap, "items") if op(e) == "r"]
+    assert all(e["value"]["after"]["a"] in (1, 2) for e in read_events)
+    per_key = Counter(e["key"]["id"] for e in read_events)
+    assert max(per_key.values()) == 1, [k for k, n in per_key.items() if n > 1][:5]
+    matching = {
+        r[0]
+        for r in source.sql(
+            cap, "SELECT id FROM {s}.items WHERE a IN (1, 2) AND id <= %s", (maximum,)
+        )
+    }
+    assert set(per_key) == matching  # every matching row within the range, nothing else
+    assert not set(per_key) & set(beyond)  # beyond the maximum: log events only
+    created = {e["key"]["id"] for e in events(cap, "items") if op(e) == "c"}
+    assert created == set(beyond)
+    assert done["rows"] == len(matching)
+
+
+# --- 5. two tables in one signal --------------------------------------------------------------
+
+
+def test_two_tables_in_one_signal_both_finish_and_converge(source: Source) -> None:
+    cap = source.capture(chunk_size=500)
+    items = source.create(cap, "items", 8_000)
+    composite = source.create(cap, "composite", 8_000)
+    cap.init()
+    with (
+        source.writer(cap, items, 8_000, changes=None, rate=300, seed=5),
+        source.writer(cap, composite, 8_000, changes=None, rate=300, seed=6),
+    ):
+        cap.execute(qualified(cap, "items"), qualified(cap, "composite"))
+        engine = cap.start()
+        wait_for(
+            lambda: all(state_of(cap, t) == "done" for t in ("items", "composite")),
+            "both snapshots to finish",
+            timeout=120,
+            engine=engine,
+        )
+    assert engine.stop() == 0
+    assert catch_up(cap) == 0
+    for name in ("items", "composite"):
+        assert_converged(cap, name)
+        assert progress(cap, name)["rows"] > 0
+    signal_ids = {s["signal_id"] for s in report(cap)["snapshots"]}
+    assert len(signal_ids) == 1
+
+
+# --- 6. an empty table ------------------------------------------------------------------------
+
+
+def test_an_empty_table_is_done_at_once(source: Source) -> None:
+    cap = source.capture()
+    source.create(cap, "items", 0)
+    cap.init()
+    cap.execute(qualified(cap, "items"))
+    assert catch_up(cap) == 0
+    done = progress(cap, "items")
+    assert (done["state"], done["rows"], done["max_key"]) == ("done", 0, None)
+    assert not [e for e in events(cap, "items") if op(e) == "r"]
+    assert_converged(cap, "items")
+
+
+# --- 7. rows inserted beyond the maximum key --------------------------------------------------
+
+
+def test_rows_inserted_beyond_the_maximum_key_arrive_as_log_events(source: Source) -> None:
+    rows = 5_000
+    cap = source.capture(chunk_size=500)
+    source.create(cap, "items", rows)
+    cap.init()
+    maximum = BIG_KEY + rows * 10
+    first = [maximum + i for i in range(1, 101)]
+    second = [maximum + i for i in range(101, 201)]
+
+    def insert(keys: list[int]) -> Callable[[], None]:
+        def run() -> None:
+            source.insert(cap, "items", [(k, 1, "new", 0) for k in keys])
+            source.sql(cap, "UPDATE {s}.items SET n = 1 WHERE id = %s", (keys[0],))
+
+        return run
+
+    cap.execute(qualified(cap, "items"))
+    run_hooks = PhaseHooks(
+        before_open=at_chunk(2, insert(first)), after_read=at_chunk(5, insert(second))
+    )
+    assert catch_up(cap, run_hooks) == 0
+    assert_converged(cap, "items")
+    done = progress(cap, "items")
+    assert done["max_key"] == [maximum]
+    read = reads(cap, "items")
+    new = {json.dumps({"id": k}) for k in first + second}
+    assert not new & set(read)
+    assert len(read) == rows and max(read.values()) == 1
+    created = {key_of(e) for e in events(cap, "items") if op(e) == "c"}
+    assert created == new
+
+
+# --- 8. stop, pause and resume mid-snapshot ---------------------------------------------------
+
+
+def test_stop_mid_snapshot(source: Source) -> None:
+    cap = source.capture(chunk_size=50)
+    source.create(cap, "items", 5_000)
+    cap.init()
+    cap.execute(qualified(cap, "items"))
+    engine = cap.start(until_caught_up=True, hooks=PhaseHooks(after_read=sleep_hook(0.05)))
+    wait_for(lambda: progress(cap, "items").get("chunks", 0) >= 3, "a few chunks", engine=engine)
+    assert cap.cli("signal", "stop-snapshot", qualified(cap, "items")) == 0
+    assert engine.join(60) == 2
+    stopped = progress(cap, "items")
+    assert stopped["state"] == "stopped"
+    assert 3 <= stopped["chunks"] < 100
+    read = reads(cap, "items")
+    assert sum(read.values()) == stopped["rows"] < 5_000
+
+
+def test_pause_holds_reads_and_resume_finishes(source: Source) -> None:
+    cap = source.capture(chunk_size=50)
+    source.create(cap, "items", 5_000)
+    cap.init()
+    cap.execute(qualified(cap, "items"))
+    engine = cap.start(hooks=PhaseHooks(after_read=sleep_hook(0.03)))
+    wait_for(lambda: progress(cap, "items").get("chunks", 0) >= 3, "a few chunks", engine=engine)
+    assert cap.cli("signal", "pause-snapshot") == 0
+    wait_for(lambda: report(cap)["paused"], "the pause", engine=engine)
+    time.sleep(1.5)  # windows in flight close; the sink flushes
+    held = sum(reads(cap, "items").values())
+    chunks = progress(cap, "items")["chunks"]
+    # The stream goes on while paused: an update arrives, READ rows do not.
+    source.sql(cap, f"UPDATE {{s}}.items SET name = 'while paused' WHERE id = {BIG_KEY + 10}")
+    wait_for(
+        lambda: any(op(e) == "u" for e in events(cap, "items")),
+        "the update made while paused",
+        timeout=15,
+        engine=engine,
+    )
+    time.sleep(1.0)
+    paused = progress(cap, "items")
+    assert paused["state"] == "paused"
+    assert sum(reads(cap, "items").values()) == held
+    assert paused["chunks"] == chunks and held < 5_000
+    assert cap.cli("signal", "resume-snapshot") == 0
+    wait_for(lambda: state_of(cap, "items") == "done", "the snapshot to finish", engine=engine)
+    assert engine.stop() == 0
+    assert not report(cap)["paused"]
+    assert_converged(cap, "items")
+    assert max(reads(cap, "items").values()) == 1
+
+
+# --- 9. a table created while the engine runs -------------------------------------------------
+
+
+def test_a_table_created_after_init_is_added_to_the_capture_and_snapshotted(
+    source: Source,
+) -> None:
+    cap = source.capture(chunk_size=200)
+    source.create(cap, "items", 100)
+    cap.init()
+    late = source.create(cap, "composite", 2_000)
+
+    assert not source.logged(cap, "composite")
+
+    def write() -> None:
+        source.sql(cap, "INSERT INTO {s}.composite VALUES (99, 'late row', 'x', 1)")
+        source.sql(cap, "UPDATE {s}.composite SET payload = 'changed' WHERE region = 1")
+        source.sql(cap, "DELETE FROM {s}.composite WHERE region = 2")
+
+    engine = cap.start(hooks=PhaseHooks(before_open=at_chunk(2, write)))
+    cap.execute(qualified(cap, late.name))
+    wait_for(lambda: state_of(cap, "composite") == "done", "the snapshot", engine=engine)
+    source.sql(cap, "UPDATE {s}.composite SET payload = 'after' WHERE region = 3")
+    assert engine.stop() == 0
+    assert catch_up(cap) == 0
+    assert source.logged(cap, "composite")
+    counts = ops(cap, "composite")
+    assert counts["c"] >= 1 and counts["u"] >= 50 and counts["d"] >= 1, counts
+    assert_converged(cap, "composite")
+
+
+# --- 10. bad signals --------------------------------------------------------------------------
+
+
+def test_bad_signals_are_reported_while_the_stream_goes_on(
+    source: Source, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="snapshotter")
+    schema = source.schema
+    cap = source.capture(
+        chunk_size=200,
+        tables=[f"{schema}.items", f"{schema}.nopk", f"{schema}.ghost.*"],
+    )
+    source.create(cap, "items", 500)
+    source.create(cap, "nopk", 3_000)
+    source.sql(cap, "CREATE TABLE {s}.outside (id int PRIMARY KEY)")
+    cap.init()
+    engine = cap.start()
+    bad_id = f"bad-json-{uuid.uuid4().hex[:6]}"
+    source.sql(
+        cap,
+        "INSERT INTO {s}.debezium_signal (id, type, data) VALUES (%s, 'execute-snapshot', %s)",
+        (bad_id, '{"data-collections": ["x"'),
+    )
+    cap.execute(f"{schema}.ghost_table")
+    cap.execute(f"{schema}.nopk")
+    cap.execute(f"{schema}.outside")
+    expected = {
+        "ghost_table": ["does not exist"],
+        "nopk": ["no primary key", "surrogate-key", "REPLICA IDENTITY FULL"],
+        "outside": ["not captured", "tables", "[source]"],
+    }
+    wait_for(
+        lambda: (
+            all(state_of(cap, t) == "failed" for t in expected)
+            and any(p["signal_id"] == bad_id for p in report(cap)["signal_problems"])
+        ),
+        "the bad signals in status",
+        timeout=30,
+        engine=engine,
+    )
+    for table, phrases in expected.items():
+        error = progress(cap, table)["error"]
+        print(f"\n{table}: {error}")
+        assert all(p in error for p in phrases), (table, error)
+        assert error in caplog.text
+    problem = next(p for p in report(cap)["signal_problems"] if p["signal_id"] == bad_id)
+    print(f"\nbad JSON: {problem['error']}")
+    assert "json" in problem["error"].lower(), problem
+    assert bad_id in caplog.text
+    # The stream goes on: a change to a captured table still reaches the sink.
+    source.sql(cap, f"UPDATE {{s}}.items SET name = 'still streaming' WHERE id = {BIG_KEY + 10}")
+    wait_for(
+        lambda: any(
+            op(e) == "u" and e["value"]["after"]["name"] == "still streaming"
+            for e in events(cap, "items")
+        ),
+        "the update after the bad signals",
+        timeout=15,
+        engine=engine,
+    )
+    assert engine.stop() == 2  # the run worked on snapshots that failed
+
+    # A surrogate key makes the table without a primary key snapshottable.
+    def write() -> None:
+        source.sql(cap, "INSERT INTO {s}.nopk VALUES (1, 'new'), (100000, 'beyond')")
+        source.sql(cap, "UPDATE {s}.nopk SET label = 'changed' WHERE uid % 7 = 0")
+        source.sql(cap, "DELETE FROM {s}.nopk WHERE uid % 11 = 0")
+        source.sql(cap, "UPDATE {s}.nopk SET uid = uid + 100000 WHERE uid % 13 = 0")
+
+    cap.execute(f"{schema}.nopk", surrogate="uid")
+    assert catch_up(cap, PhaseHooks(after_open=at_chunk(3, write))) == 0
+    done = progress(cap, "nopk")
+    assert done["state"] == "done", done
+    verdict = source.verify_by(cap, "nopk", ["uid"])
+    assert verdict.ok, verdict.render()
+
+
+def test_a_surrogate_key_snapshot_converges_under_a_writer(source: Source) -> None:
+    """The table without a primary key, written to before and while its surrogate-key
+    snapshot runs (the same engine session sees its changes before the signal)."""
+    rows = 5_000
+    cap = source.capture(chunk_size=250)
+    table = source.create(cap, "nopk", rows)
+    cap.init()
+    with source.writer(cap, table, rows, changes=None, rate=300, seed=10) as writer:
+        engine = cap.start()
+        wait_for(lambda: writer.total >= 200, "the writer to get going", engine=engine)
+        time.sleep(1.0)  # the engine streams some of the table's changes first
+        cap.execute(qualified(cap, "nopk"), surrogate="uid")
+        wait_for(
+            lambda: state_of(cap, "nopk") not in (None, "pending", "running"),
+            "the snapshot to finish",
+            timeout=120,
+            engine=engine,
+        )
+    assert engine.stop() == 0
+    assert catch_up(cap) == 0
+    assert progress(cap, "nopk")["state"] == "done"
+    # Changes streamed before the signal are keyed by the whole row (the table has no key
+    # yet); from the snapshot on, by the surrogate key. A consumer that knows the surrogate
+    # key replays by it:
+    replayed: dict[int, str] = {}
+    for record in cap.events("nopk"):
+        value = record["value"]
+        if value["op"] == "t":
+            replayed.clear()
+        elif value["op"] == "d":
+            replayed.pop(value["before"]["uid"], None)
+        else:
+            replayed[value["after"]["uid"]] = value["after"]["label"]
+    assert replayed == dict(cap.sql(f"SELECT uid, label FROM {qualified(cap, 'nopk')}", None))
+    after_signal = [r for r in cap.events("nopk") if r["value"]["op"] == "r"]
+    assert after_signal and all(set(r["key"]) == {"uid"} for r in after_signal)
+
+
+def test_changes_after_a_restart_keep_the_surrogate_key(source: Source) -> None:
+    """After a surrogate-key snapshot, a later run must key the table's events as its READ
+    rows were keyed, or a consumer cannot apply a delete to the row it read."""
+    cap = source.capture(chunk_size=250)
+    source.create(cap, "nopk", 1_000)
+    cap.init()
+    cap.execute(qualified(cap, "nopk"), surrogate="uid")
+    assert catch_up(cap) == 0
+    source.sql(cap, "UPDATE {s}.nopk SET label = 'changed' WHERE uid = 3")
+    source.sql(cap, "DELETE FROM {s}.nopk WHERE uid = 6")
+    assert catch_up(cap) == 0
+    keys = {key_of(e) for e in events(cap, "nopk") if op(e) in "ud"}
+    assert keys == {json.dumps({"uid": 3}), json.dumps({"uid": 6})}
+    verdict = source.verify_by(cap, "nopk", ["uid"])
+    assert verdict.ok, verdict.render()
+
+
+# --- 11. --until-caught-up returns ------------------------------------------------------------
+
+
+def test_until_caught_up_returns_on_an_idle_database(source: Source) -> None:
+    cap = source.capture()
+    source.create(cap, "items", 10)
+    cap.init()
+    started = time.monotonic()
+    assert catch_up(cap) == 0
+    assert time.monotonic() - started < 15
+
+
+def test_until_caught_up_returns_with_traffic_only_in_other_tables(source: Source) -> None:
+    cap = source.capture()
+    source.create(cap, "items", 10)
+    cap.init()
+    items = source.tables["items"]
+    with source.other_schema(cap) as other:
+        source.create(cap, items, 1_000, schema=other)
+        with source.writer(cap, items, 1_000, schema=other, changes=None, seed=11) as writer:
+            wait_for(lambda: writer.total >= 100, "the writer to get going")
+            started = time.monotonic()
+            assert catch_up(cap) == 0
+            took = time.monotonic() - started
+            assert writer.running
+        print(f"\nreturned after {took:.1f} s with {writer.total} changes elsewhere")
+        assert took < 30
+    assert not events(cap, "items")
+
+
+# --- 12. restart mid-snapshot -----------------------------------------------------------------
+
+
+def test_a_restart_mid_snapshot_resumes_after_the_last_read_key(source: Source) -> None:
+    rows, chunk = 20_000, 200
+    cap = source.capture(chunk_size=chunk)
+    table = source.create(cap, "items", rows)
+    cap.init()
+    with source.writer(cap, table, rows, changes=None, rate=300, seed=12):
+        cap.execute(qualified(cap, "items"))
+        engine = cap.start(hooks=PhaseHooks(after_read=sleep_hook(0.01)))
+        wait_for(lambda: progress(cap, "items").get("chunks", 0) >= 10, "ten chunks", engine=engine)
+        assert engine.stop() == 2  # stopped with the snapshot unfinished
+        first = progress(cap, "items")
+        assert first["state"] == "running" and first["last_key"] is not None
+        no_partial_lines(cap.sink_path)
+        assert catch_up(cap) == 0
+    assert catch_up(cap) == 0  # the writer's last changes
+    done = progress(cap, "items")
+    assert done["state"] == "done"
+    assert done["chunks"] > first["chunks"]
+    read = reads(cap, "items")
+    twice = [k for k, n in read.items() if n > 1]
+    print(f"\nstopped after {first['chunks']} chunks; {len(twice)} keys read twice")
+    assert max(read.values()) <= 2
+    assert len(twice) <= 2 * chunk  # at most the chunks in flight
+    no_partial_lines(cap.sink_path)
+    assert_converged(cap, "items")
+
+
+def _cli(cap: Capture, command: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", "snapshotter.cli", command, "-c", str(cap.config_path), *args]
+
+
+def test_the_cli_resumes_after_sigterm(source: Source) -> None:
+    rows, chunk = 40_000, 100
+    cap = source.capture(chunk_size=chunk)
+    table = source.create(cap, "items", rows)
+    cap.init()
+    cap.execute(qualified(cap, "items"))
+    with source.writer(cap, table, rows, changes=None, rate=200, seed=13):
+        run = subprocess.Popen(
+            _cli(cap, "run", "--until-caught-up"),
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            wait_for(
+                lambda: progress(cap, "items").get("chunks", 0) >= 5 or run.poll() is not None,
+                "five chunks in the subprocess",
+            )
+            assert run.poll() is None, run.communicate()[0]
+            run.send_signal(signal.SIGTERM)
+            output, _ = run.communicate(timeout=60)
+        finally:
+            if run.poll() is None:
+                run.kill()
+        assert run.returncode == 2, output  # ended with the snapshot unfinished
+        first = progress(cap, "items")
+        assert first["state"] == "running", (first, output)
+        no_partial_lines(cap.sink_path)
+        resume = subprocess.run(
+            _cli(cap, "resume", "--until-caught-up"),
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    assert resume.returncode == 0, resume.stdout + resume.stderr
+    said = resume.stdout
+    print(f"\nresume said:\n{said}")
+    assert "stream position" in said
+    assert qualified(cap, "items") in said
+    assert f"{first['chunks']} chunks" in said
+    assert "after key" in said and str(first["last_key"][0]) in said
+    assert catch_up(cap) == 0  # the writer's last changes
+    status = subprocess.run(
+        _cli(cap, "status", "--json"), cwd=REPO, capture_output=True, text=True, check=True
+    )
+    snapshot = json.loads(status.stdout)["snapshots"][-1]
+    assert snapshot["table"] == qualified(cap, "items")
+    assert snapshot["state"] == "done"
+    assert snapshot["rows"] > 0 and snapshot["chunks"] > first["chunks"]
+    read = reads(cap, "items")
+    assert max(read.values()) <= 2
+    assert sum(n > 1 for n in read.values()) <= 2 * chunk
+    no_partial_lines(cap.sink_path)
+    assert_converged(cap, "items")
