@@ -102,18 +102,18 @@ class Config(_Section):
     state: StateConfig = Field(default_factory=StateConfig)
 
 
-def _expand(value: Any, where: str) -> Any:
+def _expand(value: Any, where: str, environ: Mapping[str, str]) -> Any:
     if isinstance(value, dict):
-        return {k: _expand(v, f"{where}.{k}" if where else k) for k, v in value.items()}
+        return {k: _expand(v, f"{where}.{k}" if where else k, environ) for k, v in value.items()}
     if isinstance(value, list):
-        return [_expand(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return [_expand(v, f"{where}[{i}]", environ) for i, v in enumerate(value)]
     if isinstance(value, str):
 
         def lookup(m: re.Match[str]) -> str:
             name = m.group(1)
-            if name not in os.environ:
+            if name not in environ:
                 raise ConfigError(f"{where}: environment variable {name} is not set")
-            return os.environ[name]
+            return environ[name]
 
         return _ENV_REF.sub(lookup, value)
     return value
@@ -164,7 +164,8 @@ def parse_config(
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{origin}: not valid TOML: {exc}") from None
     try:
-        raw = _apply_env(_expand(raw, ""), os.environ if environ is None else environ)
+        env = os.environ if environ is None else environ
+        raw = _apply_env(_expand(raw, "", env), env)
         config = Config.model_validate(raw)
     except ConfigError as exc:
         raise ConfigError(f"{origin}: {exc}") from None

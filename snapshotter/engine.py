@@ -322,7 +322,7 @@ class Engine:
     def _on_shape(self, shape: TableShape) -> None:
         previous = self._shapes.get(shape.table)
         self._shapes[shape.table] = shape
-        for run in self._runs.values():
+        for run in list(self._runs.values()):
             if run.progress.table != shape.table or run.schema is None:
                 continue
             if run.progress.status.finished:
