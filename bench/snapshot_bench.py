@@ -11,11 +11,17 @@ One run loads N rows into a fresh schema, then measures, in this order:
    into a counting sink, then into the JSONL sink: from the moment the ``execute-snapshot``
    signal is committed to the moment ``run_engine`` returns;
 4. the log path: the engine runs in a thread with a counting sink while a writer commits
-   single-row UPDATEs in batches; from the first write to the last event counted.
+   single-row UPDATEs in batches; from the first write to the last event counted;
+5. whether the log stalls while chunks are read: a ticker thread commits one INSERT into a
+   small ``ticker`` table every 20 ms while the engine streams, first idle, then while it
+   snapshots the table; each ticker event's arrival at the sink minus its commit time and,
+   for comparison, per chunk, the chunk read's duration on the worker thread (``PhaseHooks``)
+   and the time the engine's thread took to build and hand over its READ events.
 
 It prints a markdown table whose last column divides each row's rate by the plain read's
-rate (see bench/README.md). Every measurement gets its own slot, publication and state
-directory; the slots, the publications and the schema are dropped at the end, also on error.
+rate (see bench/README.md), then a table of the stream's latency (item 5). Every measurement
+gets its own slot, publication and state directory; the slots, the publications and the
+schema are dropped at the end, also on error.
 With ``--profile`` it then runs one more snapshot into a counting sink under cProfile (not
 timed in the table) and prints the top entries per thread.
 """
@@ -26,6 +32,8 @@ import argparse
 import contextlib
 import cProfile
 import io
+import itertools
+import math
 import os
 import platform
 import pstats
@@ -35,7 +43,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from pathlib import Path
@@ -48,15 +56,18 @@ import pyarrow as pa
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # run from a checkout without installing, like the tests
 
+from signals.names import TableId  # noqa: E402
+from snapshotter.chunk_worker import ChunkTask, PhaseHooks  # noqa: E402
 from snapshotter.cli import main as cli_main  # noqa: E402
 from snapshotter.config import Config, SourceConfig, load_config  # noqa: E402
-from snapshotter.core.events import Op  # noqa: E402
+from snapshotter.core.events import ChangeEvent, Op  # noqa: E402
 from snapshotter.dialects import pg_setup, pg_types  # noqa: E402
 from snapshotter.runner import StopFlag, run_engine  # noqa: E402
 from snapshotter.sinks.base import Sink  # noqa: E402
 from snapshotter.sinks.counting import CountingSink  # noqa: E402
 
 TABLE = "items"
+TICKER_TABLE = "ticker"
 SIGNAL_TABLE = "debezium_signal"
 DEFAULT_CHUNK_SIZE: int = SourceConfig.model_fields["chunk_size"].default
 ENGINE_TIMEOUT_S = 3600.0
@@ -210,6 +221,7 @@ class Capture:
     schema: str
     directory: Path
     chunk_size: int
+    tables: tuple[str, ...] = (TABLE,)  # captured (in the publication); TABLE is snapshotted
     slot: str = ""
     publication: str = ""
     cli_output: list[str] = field(default_factory=list)
@@ -220,13 +232,14 @@ class Capture:
         self.publication = f"bench_{tag}"
         self.directory.mkdir(parents=True)
         self.config_path = self.directory / "snapshotter.toml"
+        tables = ", ".join(f'"{self.schema}.{t}"' for t in self.tables)
         self.config_path.write_text(
             f"""
 [source]
 kind = "postgres"
 name = "bench"
 url = "{self.url}"
-tables = ["{self.schema}.{TABLE}"]
+tables = [{tables}]
 signal_table = "{self.schema}.{SIGNAL_TABLE}"
 chunk_size = {self.chunk_size}
 slot = "{self.slot}"
@@ -316,13 +329,13 @@ class EngineThread:
         return code
 
 
-def start_engine(config: Config, sink: Sink) -> EngineThread:
+def start_engine(config: Config, sink: Sink, hooks: PhaseHooks | None = None) -> EngineThread:
     flag = StopFlag()
     outcome: dict[str, Any] = {}
 
     def target() -> None:
         try:
-            outcome["code"] = run_engine(config, stop=flag, sink=sink)
+            outcome["code"] = run_engine(config, stop=flag, sink=sink, hooks=hooks)
         except BaseException as exc:  # re-raised by stop()
             outcome["error"] = exc
 
@@ -420,6 +433,228 @@ def log_backlog(capture: Capture, table_rows: int, updates: int, batch: int) -> 
     return Result(what, updates, last - started, note)
 
 
+# --------------------------------------------------------------------------- stream latency
+
+
+Tick = tuple[float, int]  # a ticker event: (arrival ms, commit ms)
+
+
+def now_ms() -> float:
+    """Wall-clock milliseconds: the clock PostgreSQL stamps commits with (same machine)."""
+    return time.time() * 1000.0
+
+
+def create_ticker(url: str, schema: str) -> None:
+    """The small table the ticker writes to, beside ``items`` in the same schema."""
+    sql(url, f'CREATE TABLE "{schema}"."{TICKER_TABLE}" (id bigint PRIMARY KEY)')
+
+
+class LatencySink(CountingSink):
+    """Counts like ``CountingSink``; also notes, for every log event of ``ticker``, when it
+    arrived and when it was committed (``source.ts_ms``), when READ events last arrived, and,
+    per chunk, how long after the engine started building its READ events they arrived: a
+    chunk's READ events carry that start as ``ts_ms`` (taken at its close watermark, on the
+    engine's thread), and all arrive in one write (two chunks built within the same
+    millisecond would count as one)."""
+
+    def __init__(self, ticker: TableId) -> None:
+        super().__init__()
+        self.ticker = ticker
+        self.ticks: list[Tick] = []  # in arrival order
+        self.last_read_ms = 0.0
+        self.builds_ms: list[float] = []  # per chunk: READ events' build start → arrival
+
+    def write(self, events: Sequence[ChangeEvent]) -> None:
+        arrived = now_ms()
+        super().write(events)
+        chunk_started: int | None = None
+        for event in events:
+            if event.op is Op.READ:
+                if event.ts_ms != chunk_started:  # the first READ event of a chunk
+                    chunk_started = event.ts_ms
+                    self.builds_ms.append(arrived - chunk_started)
+                    self.last_read_ms = arrived
+            elif event.table == self.ticker:
+                self.ticks.append((arrived, event.source.ts_ms))
+
+
+@dataclass
+class ChunkTimer:
+    """Phase hooks that time each chunk read on the worker thread, from its open watermark
+    committed (``after_open``) to its rows buffered in the window (``after_read``): the
+    chunk SELECT and its Arrow build, which a stream reading chunks itself would wait for."""
+
+    durations_ms: list[float] = field(default_factory=list)
+    started: dict[str, float] = field(default_factory=dict)  # by window id
+
+    def hooks(self) -> PhaseHooks:
+        return PhaseHooks(after_open=self.opened, after_read=self.read)
+
+    def opened(self, task: ChunkTask) -> None:
+        self.started[task.window.window_id] = time.perf_counter()
+
+    def read(self, task: ChunkTask) -> None:
+        started = self.started.pop(task.window.window_id)
+        self.durations_ms.append((time.perf_counter() - started) * 1000.0)
+
+
+class Ticker:
+    """A thread that commits one single-row INSERT into ``ticker`` every ``interval`` s, on
+    its own autocommit connection. A late tick is not made up for by a burst."""
+
+    def __init__(self, url: str, schema: str, interval: float) -> None:
+        self.url = url
+        self.interval = interval
+        self.statement = f'INSERT INTO "{schema}"."{TICKER_TABLE}" (id) VALUES (%s)'
+        self.committed = 0
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-ticker", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """Stop ticking; returns how many INSERTs were committed."""
+        self._stop.set()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise RuntimeError(f"the ticker did not stop within {timeout} s")
+        if self.error is not None:
+            raise self.error
+        return self.committed
+
+    def _run(self) -> None:
+        try:
+            with psycopg.connect(self.url, autocommit=True) as conn:
+                due = time.perf_counter()
+                while not self._stop.wait(max(0.0, due - time.perf_counter())):
+                    conn.execute(self.statement, (self.committed + 1,))
+                    self.committed += 1
+                    due = max(due + self.interval, time.perf_counter())
+        except BaseException as exc:  # re-raised by stop()
+            self.error = exc
+
+
+@dataclass
+class StreamLatency:
+    rows: int
+    interval_ms: float
+    idle: list[Tick]
+    during: list[Tick]
+    snapshot_s: float
+    chunk_ms: list[float]
+    build_ms: list[float]
+
+
+def stream_latency(capture: Capture, rows: int, interval_ms: float, idle_s: float) -> StreamLatency:
+    """The engine streams into a ``LatencySink`` while the ticker commits: ``idle_s`` of
+    ticks with no snapshot, then the ``execute-snapshot`` signal and ticks until the last
+    READ events arrived. A tick belongs to the phase its commit falls in."""
+    what = "stream latency"
+    capture.init()
+    sink = LatencySink(TableId(capture.schema, TICKER_TABLE))
+    timer = ChunkTimer()
+    engine = start_engine(capture.config, sink, timer.hooks())
+    ticker = Ticker(capture.url, capture.schema, interval_ms / 1000.0)
+    code = -1
+    try:
+        ticker.start()
+        try:
+            # The first ticker event proves the engine streams before the idle phase starts.
+            wait_for(engine, lambda: bool(sink.ticks), 120.0, "the first ticker event")
+            idle_from = now_ms()
+            time.sleep(idle_s)
+            idle_to = now_ms()
+            capture.signal_snapshot()
+            snapshot_from = now_ms()
+            wait_for(engine, lambda: sink.counts[Op.READ] >= rows, ENGINE_TIMEOUT_S, "READ events")
+            snapshot_to = sink.last_read_ms
+        finally:
+            committed = ticker.stop()
+        wait_for(engine, lambda: len(sink.ticks) >= committed, 120.0, "the last ticker events")
+    finally:
+        code = engine.stop()
+    if code != 0:
+        raise RuntimeError(f"{what}: the engine exited {code}")
+    reads = sink.counts[Op.READ]
+    if reads != rows or len(sink.ticks) != committed or sink.total != rows + committed:
+        raise RuntimeError(
+            f"{what}: counted {dict(sink.counts)} with {len(sink.ticks)} ticker events, "
+            f"wanted {rows} READ events and {committed} ticker events"
+        )
+    return StreamLatency(
+        rows=rows,
+        interval_ms=interval_ms,
+        idle=[t for t in sink.ticks if idle_from <= t[1] < idle_to],
+        during=[t for t in sink.ticks if snapshot_from <= t[1] <= snapshot_to],
+        snapshot_s=(snapshot_to - snapshot_from) / 1000.0,
+        chunk_ms=timer.durations_ms,
+        build_ms=sink.builds_ms,
+    )
+
+
+def percentile(ordered: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (``q`` in 0..100) of non-empty, sorted ``ordered``."""
+    return ordered[max(1, math.ceil(q / 100.0 * len(ordered))) - 1]
+
+
+def longest_gap(times: Sequence[float]) -> float:
+    ordered = sorted(times)
+    return max((b - a for a, b in itertools.pairwise(ordered)), default=0.0)
+
+
+def distribution(what: str, values_ms: Sequence[float]) -> str:
+    """A note line: p50 and max of per-chunk times, with their count and sum."""
+    ordered = sorted(values_ms)
+    if not ordered:
+        return f"- {what}: none timed"
+    return (
+        f"- {what}: p50 {percentile(ordered, 50):.1f} ms, max {ordered[-1]:.1f} ms, over "
+        f"{len(ordered):,} chunks ({sum(ordered) / 1000:.2f} s in all)"
+    )
+
+
+def render_latency(m: StreamLatency) -> str:
+    lines = [
+        "| stream latency | p50 ms | p95 ms | p99 ms | max ms | events |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    gaps = []
+    for what, ticks in (("idle", m.idle), ("during snapshot", m.during)):
+        if not ticks:
+            lines.append(f"| {what} | – | – | – | – | 0 |")
+            continue
+        ordered = sorted(arrived - committed for arrived, committed in ticks)
+        cells = [percentile(ordered, q) for q in (50, 95, 99)] + [ordered[-1]]
+        lines.append(f"| {what} | {' | '.join(f'{c:.1f}' for c in cells)} | {len(ticks):,} |")
+        gaps.append(
+            f"{longest_gap([a for a, _ in ticks]):.0f} ms {what} (between their commits: "
+            f"{longest_gap([float(c) for _, c in ticks]):.0f} ms)"
+        )
+    per_chunk = [
+        distribution(
+            "chunk read (`after_open` → `after_read`, worker thread, beside the stream)",
+            m.chunk_ms,
+        ),
+        distribution(
+            "READ events of a chunk, build start → arrival at the sink (engine thread: the "
+            "stream waits for it)",
+            m.build_ms,
+        ),
+    ]
+    notes = [
+        f"- one single-row INSERT into `{TICKER_TABLE}` committed every {m.interval_ms:g} ms; "
+        "latency = arrival at the sink − commit time (`source.ts_ms`, whole ms), both wall "
+        "clock on this machine",
+        f"- snapshot of {m.rows:,} rows: {m.snapshot_s:.2f} s from the signal to the last "
+        "READ events",
+        f"- longest gap between ticker events received: {'; '.join(gaps)}",
+        *per_chunk,
+    ]
+    return "\n".join([*lines, "", *notes])
+
+
 # --------------------------------------------------------------------------- profile
 
 
@@ -501,6 +736,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--updates", type=int, default=50_000, help="log stream UPDATEs (50,000)")
     parser.add_argument("--batch", type=int, default=1000, help="UPDATEs per commit (1000)")
     parser.add_argument(
+        "--tick-ms", type=float, default=20.0, help="ticker commit interval, ms (20)"
+    )
+    parser.add_argument(
+        "--idle-seconds", type=float, default=5.0, help="ticks before the snapshot signal (5)"
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="afterwards, profile one more snapshot → counting sink with cProfile",
@@ -512,6 +753,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         counts.append(args.chunk_size)
     if min(counts) < 1:
         parser.error("--rows, --chunk-size, --updates and --batch must be positive")
+    if args.tick_ms <= 0 or args.idle_seconds <= 0:
+        parser.error("--tick-ms and --idle-seconds must be positive")
     return args
 
 
@@ -526,8 +769,8 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="snapshotter-bench-") as tmp:
 
-        def new_capture(name: str) -> Capture:
-            capture = Capture(url, schema, Path(tmp) / name, chunk_size)
+        def new_capture(name: str, tables: tuple[str, ...] = (TABLE,)) -> Capture:
+            capture = Capture(url, schema, Path(tmp) / name, chunk_size, tables)
             captures.append(capture)
             return capture
 
@@ -550,6 +793,11 @@ def main(argv: list[str] | None = None) -> int:
                 capture = new_capture(name)
                 results.append(measure(capture, args.rows, args.updates, args.batch))
                 capture.drop()
+            print("stream latency during a snapshot ...", file=sys.stderr)
+            create_ticker(url, schema)
+            capture = new_capture("latency", (TABLE, TICKER_TABLE))
+            latency = stream_latency(capture, args.rows, args.tick_ms, args.idle_seconds)
+            capture.drop()
             if args.profile:
                 print("profiled snapshot ...", file=sys.stderr)
                 capture = new_capture("profile")
@@ -566,6 +814,9 @@ def main(argv: list[str] | None = None) -> int:
     if notes:
         print()
         print("\n".join(notes))
+    print()
+    print(f"### log stream while the engine snapshots {args.rows:,} rows\n")
+    print(render_latency(latency))
     if profile_text:
         print()
         print(profile_text)

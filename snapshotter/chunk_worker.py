@@ -16,6 +16,7 @@ import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from signals import Watermark
 from signals.model import WatermarkKind
@@ -63,6 +64,8 @@ class ChunkTask:
     upto: Key
     condition: str | None
     limit: int
+    # Turns buffered rows into event rows (on this thread, at fill): dialect-specific.
+    convert: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
 
 @dataclass
@@ -164,7 +167,7 @@ class ChunkWorker:
         # Rule 3: the buffer is complete before the close watermark is written. The engine
         # can only see the close watermark after that write commits, so it always finds the
         # rows in the window (fill refuses rows for a window that already closed).
-        window.fill(chunk.rows, chunk.visibility)
+        window.fill(chunk.rows, chunk.visibility, task.convert)
         _run(hooks.after_read, task)
         dialect.write_watermark(Watermark(window.window_id, WatermarkKind.CLOSE))
         _run(hooks.after_close, task)

@@ -542,6 +542,7 @@ class Engine:
             upto=progress.max_key,
             condition=progress.filter,
             limit=self._source.chunk_size,
+            convert=run.convert,
         )
         # Rule 1: register the window before the worker writes its open watermark.
         self._windows[window_id] = _Flight(task)
@@ -638,7 +639,7 @@ class Engine:
         self._schedule()
         # Rule 5: the close watermark is an output barrier: the survivors go to the sink now,
         # before the engine handles any log item after the watermark.
-        self._out.extend(batch.events(event.source, _now_ms(), run.convert))
+        self._out.extend(batch.events(event.source, _now_ms()))
         progress.chunk_done(
             last_key=batch.last_key,
             selected=batch.selected,

@@ -22,7 +22,7 @@ removed from the Arrow buffer in one anti-join at close, so the per-row work is 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
@@ -64,6 +64,9 @@ class ReadBatch:
     selected: int  # rows the chunk SELECT returned
     last_key: Key | None  # the last key the SELECT returned (None for an empty chunk)
     truncated: bool  # a TRUNCATE inside the window dropped everything
+    # The survivors as event rows (the value model), built when the chunk was buffered, off
+    # the stream's thread; in the same order as ``rows``.
+    row_dicts: list[dict[str, Any]]
 
     @property
     def dropped(self) -> int:
@@ -73,36 +76,34 @@ class ReadBatch:
     def row_position(self, index: int) -> Position:
         return self.position.read_row(index)
 
-    def events(
-        self,
-        close_source: Source,
-        ts_ms: int,
-        convert: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-    ) -> Iterator[ChangeEvent]:
-        """The survivors as ``op: "r"`` events. ``close_source`` is the close watermark's;
-        ``convert`` turns a buffered row into the value model events carry (the buffer holds
-        some values, e.g. JSON text, in their Arrow storage form)."""
+    def events(self, close_source: Source, ts_ms: int) -> list[ChangeEvent]:
+        """The survivors as ``op: "r"`` events. ``close_source`` is the close watermark's.
+
+        This runs on the stream's thread at the close watermark (the output barrier), once
+        per READ row: the rows were converted at fill time, one Source template serves the
+        chunk, and events are assembled without re-validating what the template and the
+        chunk already guarantee (a READ row always has its key and an ``after`` row)."""
         key_columns = self.key_columns
-        # One Source template per chunk; each row only changes its position (this loop runs
-        # once per READ row, so it avoids dataclasses.replace and re-validation).
         template = replace(close_source, table=self.table, snapshot=SnapshotMarker.INCREMENTAL)
-        fields = {f: getattr(template, f) for f in Source.__slots__ if f != "position"}
-        new_source = Source.__new__
+        fields = [(f, getattr(template, f)) for f in Source.__slots__ if f != "position"]
+        new = object.__new__
         set_field = object.__setattr__
-        for index, row in enumerate(self.rows.to_pylist()):
-            if convert is not None:
-                row = convert(row)
-            source = new_source(Source)
-            for name, value in fields.items():
+        read_row = self.position.read_row
+        out: list[ChangeEvent] = []
+        for index, row in enumerate(self.row_dicts):
+            source = new(Source)
+            for name, value in fields:
                 set_field(source, name, value)
-            set_field(source, "position", self.position.read_row(index))
-            yield ChangeEvent(
-                op=Op.READ,
-                source=source,
-                ts_ms=ts_ms,
-                key=tuple(row[c] for c in key_columns),
-                after=row,
-            )
+            set_field(source, "position", read_row(index))
+            event = new(ChangeEvent)
+            set_field(event, "op", Op.READ)
+            set_field(event, "source", source)
+            set_field(event, "ts_ms", ts_ms)
+            set_field(event, "key", tuple(row[c] for c in key_columns))
+            set_field(event, "before", None)
+            set_field(event, "after", row)
+            out.append(event)
+        return out
 
 
 class ChunkWindow:
@@ -118,6 +119,7 @@ class ChunkWindow:
         self._dropped: set[Key] = set()
         self._truncated = False
         self.visibility: ReadVisibility | None = None
+        self._row_dicts: list[dict[str, Any]] = []
 
     @property
     def filled(self) -> bool:
@@ -130,9 +132,18 @@ class ChunkWindow:
         self.phase = WindowPhase.OPEN
         self.opened_at = position
 
-    def fill(self, rows: pa.Table, visibility: ReadVisibility | None = None) -> None:
+    def fill(
+        self,
+        rows: pa.Table,
+        visibility: ReadVisibility | None = None,
+        convert: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> None:
         """The chunk SELECT's complete result, in key order, and what its snapshot could not
-        see (kept for the close, where ``core.visibility`` decides what else is stale)."""
+        see (kept for the close, where ``core.visibility`` decides what else is stale).
+
+        The rows are also turned into event rows here (``convert`` maps Arrow storage values,
+        e.g. JSON text, to the value model), so the work happens on the thread that read the
+        chunk, not on the stream's thread at the close watermark."""
         if self._rows is not None:
             raise WindowOrderError(f"window {self.window_id} got a second chunk")
         if self.phase is WindowPhase.CLOSED:
@@ -144,6 +155,8 @@ class ChunkWindow:
         if missing:
             raise ValueError(f"chunk of {self.table} lacks key columns {missing}")
         self.visibility = visibility
+        dicts = rows.to_pylist()
+        self._row_dicts = dicts if convert is None else [convert(row) for row in dicts]
         self._rows = rows
 
     def observe(self, event: ChangeEvent) -> bool:
@@ -231,11 +244,13 @@ class ChunkWindow:
             else None
         )
         if self._truncated:
-            survivors = rows.slice(0, 0)
+            survivors, row_dicts = rows.slice(0, 0), []
         elif self._dropped and rows.num_rows:
-            survivors = self._without_dropped(rows)
+            kept = self._kept(rows)
+            survivors = rows.take(kept)
+            row_dicts = [self._row_dicts[i] for i in kept.to_pylist()]
         else:
-            survivors = rows
+            survivors, row_dicts = rows, self._row_dicts
         self._dropped.clear()
         return ReadBatch(
             window_id=self.window_id,
@@ -246,10 +261,11 @@ class ChunkWindow:
             selected=rows.num_rows,
             last_key=last_key,
             truncated=self._truncated,
+            row_dicts=row_dicts,
         )
 
-    def _without_dropped(self, rows: pa.Table) -> pa.Table:
-        """``rows`` minus the dropped keys, in one anti-join, keeping the chunk's order."""
+    def _kept(self, rows: pa.Table) -> pa.Array:
+        """Indices of ``rows`` whose key was not dropped, in one anti-join, in chunk order."""
         dropped = list(self._dropped)
         columns = {}
         for i, name in enumerate(self.key_columns):
@@ -267,8 +283,7 @@ class ChunkWindow:
             _ROW_INDEX, pa.array(range(rows.num_rows), type=pa.int64())
         )
         kept = keys.join(pa.table(columns), keys=list(self.key_columns), join_type="left anti")
-        order = kept.column(_ROW_INDEX).combine_chunks().sort()
-        return rows.take(order)
+        return kept.column(_ROW_INDEX).combine_chunks().sort()
 
 
 def _first_misfit(values: Sequence[object], arrow_type: pa.DataType) -> str:

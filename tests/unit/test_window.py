@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
@@ -767,15 +768,27 @@ def test_drop_removes_stale_keys_only_while_open() -> None:
 
 def test_read_events_share_the_close_source_and_convert_rows() -> None:
     w = open_window()
-    w.fill(chunk([4, 5]))
+    w.fill(chunk([4, 5, 6]), convert=lambda row: {**row, "name": row["name"].upper()})
+    w.observe(update((5,)))
     batch = w.close(CLOSE_AT)
     close_source = src(SIGNALS, CLOSE_AT)
-    events = list(
-        batch.events(close_source, 77, convert=lambda row: {**row, "name": row["name"].upper()})
-    )
+    events = batch.events(close_source, 77)
     assert [e.source.position for e in events] == [CLOSE_AT.read_row(0), CLOSE_AT.read_row(1)]
     assert all(e.source.table == TABLE for e in events)
     assert all(e.source.snapshot is SnapshotMarker.INCREMENTAL for e in events)
-    assert [e.after["name"] for e in events if e.after] == ["ROW4", "ROW5"]
-    assert [e.key for e in events] == [(4,), (5,)]
+    assert all(e.op is Op.READ and e.before is None and e.ts_ms == 77 for e in events)
+    assert [e.after["name"] for e in events if e.after] == ["ROW4", "ROW6"]
+    assert [e.key for e in events] == [(4,), (6,)]
     assert events[0].source.to_dict()["pos"] == CLOSE_AT.read_row(0).token
+    assert events[0] == ChangeEvent(
+        Op.READ,
+        replace(
+            close_source,
+            table=TABLE,
+            position=CLOSE_AT.read_row(0),
+            snapshot=SnapshotMarker.INCREMENTAL,
+        ),
+        77,
+        (4,),
+        after={"id": 4, "name": "ROW4"},
+    )
