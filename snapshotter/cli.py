@@ -182,8 +182,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = _config(args)
     if args.command == "resume":
         _announce_resume(config)
+    from snapshotter.logs.pg_reader import LogReaderError
     from snapshotter.progress import live_progress
     from snapshotter.runner import StopFlag, run_engine
+    from snapshotter.sinks.jsonl import JsonlSinkError
     from snapshotter.state_store import StateLockedError
 
     stop = StopFlag()
@@ -195,7 +197,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
     except StateLockedError as exc:
         raise CliError(f"{exc}; is another `snapshotter run` using {config.state.dir}?") from None
-    except (StateError, ValueError, OSError) as exc:
+    except (StateError, ValueError, OSError, LogReaderError, JsonlSinkError) as exc:
         raise CliError(str(exc)) from None
     _print_summary(config)
     return code
