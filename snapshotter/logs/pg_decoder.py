@@ -88,15 +88,24 @@ class PgOutputDecoder:
         self._tables: dict[int, _Table] = {}
         self._txn: _Txn | None = None
         self._toast_noticed: set[TableId] = set()
+        self._pending: list[LogItem] = []  # notices raised while loading values
+        self._unloadable_noticed: set[tuple[TableId, str]] = set()
 
     def feed(self, data: bytes, wal_start: int) -> list[LogItem]:
         """Decode one message; ``wal_start`` is its XLogData frame's start LSN.
 
         Raises :class:`~snapshotter.logs.pgoutput.PgOutputError` for a malformed message, a
         change outside a transaction or of a relation no Relation message described, or a
-        value the loaders refuse: the stream cannot go on past it.
+        A value the loaders refuse (``infinity`` timestamps, dates BC: outside Python's
+        range) is kept as its text, with a Notice, so the stream goes on.
         """
-        message = pgo.parse_message(data)
+        items = self._dispatch(pgo.parse_message(data), wal_start)
+        if self._pending:
+            items = [*items, *self._pending]
+            self._pending = []
+        return items
+
+    def _dispatch(self, message: pgo.PgOutputMessage, wal_start: int) -> list[LogItem]:
         match message:
             case pgo.Insert():
                 txn, table = self._change_context(message.relation_oid, "Insert")
@@ -207,8 +216,33 @@ class PgOutputDecoder:
                 raw if raw is None or raw is _TOAST else finish(oid, load(raw))
                 for raw, (load, oid) in zip(values, table.columns, strict=True)
             ]
-        except Exception as exc:
-            raise _load_error(table, values) from exc
+        except Exception:
+            return self._load_slowly(table, values)
+
+    def _load_slowly(self, table: _Table, values: pgo.TupleData) -> list[Any]:
+        """Value by value: one the loaders refuse stays as the database's text."""
+        out: list[Any] = []
+        finish = pg_types.finish_value
+        for name, raw, (load, oid) in zip(table.names, values, table.columns, strict=True):
+            if raw is None or raw is _TOAST:
+                out.append(raw)
+                continue
+            try:
+                out.append(finish(oid, load(raw)))
+            except Exception as exc:
+                text = bytes(raw).decode("utf-8", "replace")
+                out.append(text)
+                if (table.table, name) not in self._unloadable_noticed:
+                    self._unloadable_noticed.add((table.table, name))
+                    self._pending.append(
+                        Notice(
+                            table.table,
+                            f"column {name!r} (type OID {oid}) holds {text[:40]!r}, which "
+                            f"cannot be loaded ({exc}); events carry it as text",
+                            {"column": name},
+                        )
+                    )
+        return out
 
     def _old_row(self, table: _Table, old: pgo.TupleData, kind: str) -> _Row:
         """The ``before`` row of an old key ('K') or old row ('O') tuple."""
@@ -319,22 +353,6 @@ def _key_getter(index: tuple[int, ...]) -> Callable[[Sequence[Any]], tuple[Any, 
         return lambda row: ()
     get = itemgetter(*index)
     return lambda row: get(row)  # a tuple for 2+ indexes
-
-
-def _load_error(table: _Table, values: pgo.TupleData) -> pgo.PgOutputError:
-    """Which column of ``values`` the loaders refused, and why (the slow path of _load)."""
-    for name, oid, raw, (load, _) in zip(
-        table.names, table.oids, values, table.columns, strict=True
-    ):
-        if isinstance(raw, bytes):
-            try:
-                pg_types.finish_value(oid, load(raw))
-            except Exception as exc:
-                return pgo.PgOutputError(
-                    f"table {table.table} column {name!r} (type OID {oid}): cannot load "
-                    f"{raw[:80]!r}: {exc}"
-                )
-    return pgo.PgOutputError(f"table {table.table}: cannot load a row")
 
 
 def _toast_notice(table: TableId, columns: list[str]) -> Notice:

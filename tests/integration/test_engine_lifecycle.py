@@ -84,3 +84,15 @@ def test_a_second_engine_on_the_same_state_is_refused_but_status_works(capture: 
         assert cap.cli("status", "--json") == 0
     finally:
         assert first.stop() == 0
+
+
+def test_a_value_python_cannot_hold_does_not_stop_the_stream(capture: Any) -> None:
+    cap = capture()
+    name = f'"{cap.schema}".times'
+    cap.sql(f"CREATE TABLE {name} (id int PRIMARY KEY, at timestamptz)")
+    cap.init()
+    cap.sql(f"INSERT INTO {name} VALUES (1, 'infinity'), (2, '2024-01-02 03:04:05+00')")
+    cap.sql(f"INSERT INTO {name} VALUES (3, '-infinity')")
+    assert cap.run() == 0
+    after = {e["key"]["id"]: e["value"]["after"]["at"] for e in cap.events("times")}
+    assert after == {1: "infinity", 2: "2024-01-02T03:04:05Z", 3: "-infinity"}

@@ -529,11 +529,18 @@ def test_tuple_width_must_match_relation() -> None:
         decoder.feed(insert(OID, [b"1", None]), LSN)
 
 
-def test_unloadable_value_names_table_and_column() -> None:
+def test_unloadable_value_is_kept_as_text_with_a_notice() -> None:
+    # e.g. a timestamp of 'infinity': outside Python's range. The stream must go on.
     decoder = make_decoder()
     open_txn(decoder)
-    with pytest.raises(PgOutputError, match=r"public\.t column 'id' \(type OID 23\)"):
-        decoder.feed(insert(OID, [b"one", None, None, None]), LSN)
+    items = decoder.feed(insert(OID, [b"one", None, None, None]), LSN)
+    change, notice = items
+    assert isinstance(change, Change) and change.event.after is not None
+    assert change.event.after["id"] == "one"
+    assert isinstance(notice, Notice)
+    assert "column 'id' (type OID 23)" in notice.message and "as text" in notice.message
+    again = decoder.feed(insert(OID, [b"two", None, None, None]), LSN + 1)
+    assert len(again) == 1  # one notice per table and column
 
 
 def test_key_column_missing_from_relation() -> None:
