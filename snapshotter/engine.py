@@ -53,7 +53,7 @@ from snapshotter.core.state import (
     TableProgress,
 )
 from snapshotter.core.visibility import RecentTransactions
-from snapshotter.core.window import ChunkWindow, WindowPhase
+from snapshotter.core.window import ChunkWindow, WindowPhase, buffer_key
 from snapshotter.dialects.base import Dialect, TableSchema
 from snapshotter.logs.base import Change, Commit, LogItem, LogReader, Notice, Progress, TableShape
 from snapshotter.sinks.base import Sink
@@ -264,14 +264,16 @@ class Engine:
     def _on_change(self, change: Change) -> None:
         event = change.event
         self._in_txn = True
+        if event.table != self._signal_table:
+            # Always, replayed changes included: a chunk's snapshot may miss a transaction
+            # logged long before its open watermark (core.visibility).
+            self._history.touch(change.xid, event.table, self._window_keys(event))
         if self._replayed(event.position):
             return
         if event.table == self._signal_table:
             if event.op is Op.CREATE and event.after is not None:
                 self._on_signal_row(event)
             return
-        if self._recording():
-            self._history.touch(change.xid, event.table, self._window_keys(event))
         for flight in self._flights_of(event.table):
             try:
                 flight.task.window.observe(event)
@@ -283,15 +285,16 @@ class Engine:
         self._out.append(event if surrogate is None else self._rekey(event, surrogate))
 
     def _window_keys(self, event: ChangeEvent) -> list[Key]:
+        """The event's keys as a window of its table compares them (the paging key)."""
         if event.op is Op.TRUNCATE:
             return []
         columns = self._snapshot_key_columns(event.table)
         keys = []
         for row in (event.before, event.after):
             if row is not None and columns is not None and all(c in row for c in columns):
-                keys.append(tuple(row[c] for c in columns))
+                keys.append(buffer_key(tuple(row[c] for c in columns)))
         if columns is None and event.key is not None:
-            keys.append(event.key)
+            keys.append(buffer_key(event.key))
         return keys
 
     def _on_commit(self, commit: Commit) -> None:
@@ -511,8 +514,6 @@ class Engine:
             return
         progress = self.state.active()
         if progress is None:
-            if not self._windows and self._history.size:
-                self._history.clear()
             return
         run = self._run_of(progress)
         if run.schema is None:
@@ -568,6 +569,10 @@ class Engine:
             self._paging_keys[task.table] = result.key_columns
             if not result.schema.primary_key:
                 self._surrogate_keys[task.table] = result.key_columns
+            if progress.status is SnapshotStatus.PAUSED and not progress.key_columns:
+                # Paused while being started: start over after resume-snapshot.
+                self._drop_run(progress)
+                return
             if progress.status is SnapshotStatus.PENDING:
                 progress.key_columns = list(result.key_columns)
                 progress.start(result.max_key)
@@ -621,6 +626,7 @@ class Engine:
         run = self._run_of(progress)
         if window.window_id in run.flights:
             run.flights.remove(window.window_id)
+        stale: set[Key] | None = None
         if window.visibility is not None and window.opened_at is not None:
             # Rule 4 (PostgreSQL): transactions logged before the open watermark that the
             # chunk's snapshot did not see made some chunk rows stale: drop those keys.
@@ -630,12 +636,18 @@ class Engine:
                 log.info("chunk %d of %s: re-read (history too short)", task.number, task.table)
                 self._reread(run)
                 return
+        try:
             if stale:
                 window.drop(stale)
-        batch = window.close(event.position)
+            batch = window.close(event.position)
+        except ValueError as exc:  # WindowKeyError: log keys that do not fit the chunk's
+            self._fail(run, str(exc))
+            return
         # Keep the worker busy: hand it the next chunk before building this one's events.
         for result in self._worker.poll():
             self._on_result(result)
+        if progress.status.finished:
+            return  # the next chunk's failure (or a stop) just ended this snapshot
         self._schedule()
         # Rule 5: the close watermark is an output barrier: the survivors go to the sink now,
         # before the engine handles any log item after the watermark.
@@ -688,7 +700,16 @@ class Engine:
     # ---------------------------------------------------------------- keys
 
     def _snapshot_key_columns(self, table: TableId) -> tuple[str, ...] | None:
-        return self._paging_keys.get(table)
+        """The paging key of the table's unfinished snapshot: described, or recorded in
+        state (after a restart, before the table is described again), or the signal's
+        surrogate key; None: the primary key, which is the decoder's event key."""
+        progress = self.state.progress(table)
+        if progress is not None and not progress.status.finished:
+            if progress.key_columns:
+                return tuple(progress.key_columns)
+            if progress.surrogate_key:
+                return (progress.surrogate_key,)
+        return self._paging_keys.get(table) or self._surrogate_keys.get(table)
 
     def _key_columns_of(self, table: TableId) -> Sequence[str] | None:
         """The decoder's key for a table's log events: its primary key (None: the decoder
@@ -703,12 +724,14 @@ class Engine:
         return self._primary_keys[table]
 
     def key_names(self, table: TableId) -> Sequence[str]:
-        """Column names of an event's ``key`` (for sinks that write a key object)."""
-        columns = self._surrogate_keys.get(table) or self._key_columns_of(table)
-        if columns:
-            return columns
+        """Column names of an event's ``key`` (for sinks that write a key object): the
+        surrogate key the engine re-keys by, else exactly what the decoder keyed by."""
+        if table in self._surrogate_keys:
+            return self._surrogate_keys[table]
         shape = self._shapes.get(table)
-        return tuple(name for name, _ in shape.columns) if shape else ()
+        if shape is not None and shape.key:
+            return shape.key
+        return self._key_columns_of(table) or ()
 
     def _rekey(self, event: ChangeEvent, columns: tuple[str, ...]) -> ChangeEvent:
         """Key a log event of a table without a primary key by its surrogate key."""
@@ -718,9 +741,6 @@ class Engine:
         if row is None or any(c not in row for c in columns):
             return event  # cannot happen under REPLICA IDENTITY FULL, which snapshot_key checks
         return replace(event, key=tuple(row[c] for c in columns))
-
-    def _recording(self) -> bool:
-        return self.state.active() is not None or bool(self._windows)
 
     # ---------------------------------------------------------------- checkpoints
 

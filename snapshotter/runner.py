@@ -45,14 +45,17 @@ def build_engine(
     hooks: PhaseHooks | None = None,
     sink: Sink | None = None,
     on_progress: Callable[[EngineState], None] | None = None,
+    store: StateStore | None = None,
 ) -> tuple[Engine, StateStore]:
+    """The engine for ``config``; it loads state from ``store`` at once, so pass a store
+    whose lock is held (``run_engine`` does) unless only inspecting."""
     source = config.source
     dialect = PostgresDialect(
         sqlalchemy_url(source),
         signal_table=source.signal_table_id,
         publication=source.publication,
     )
-    store = StateStore(state_path(config))
+    store = store or StateStore(state_path(config))
     holder: list[Engine] = []
 
     def key_names(table: TableId) -> Sequence[str]:
@@ -113,6 +116,10 @@ def run_engine(
 ) -> int:
     """Lock the state directory, then stream; returns the engine's exit code."""
     config.state.dir.mkdir(parents=True, exist_ok=True)
-    engine, store = build_engine(config, hooks=hooks, sink=sink, on_progress=on_progress)
-    with store:
+    # Lock first, then load state: state read before another engine's last save would
+    # restart the sink and the slot from different points.
+    with StateStore(state_path(config)) as store:
+        engine, _ = build_engine(
+            config, hooks=hooks, sink=sink, on_progress=on_progress, store=store
+        )
         return engine.run(until_caught_up=until_caught_up, should_stop=stop)

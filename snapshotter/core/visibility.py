@@ -110,6 +110,9 @@ class _Transaction:
     keys: dict[TableId, set[Key]]
 
 
+MAX_FORGOTTEN = 100_000
+
+
 class RecentTransactions:
     """The keys recently committed transactions touched, per table, bounded in size.
 
@@ -128,7 +131,8 @@ class RecentTransactions:
         self._size = 0
         self._open_size = 0
         self._overflowed: set[int] = set()
-        self._forgotten: set[int] = set()
+        # xid -> commit position of transactions whose keys were let go (too many keys).
+        self._forgotten: dict[int, Position] = {}
 
     @property
     def size(self) -> int:
@@ -151,7 +155,7 @@ class RecentTransactions:
     def commit(self, xid: int, position: Position) -> None:
         if xid in self._overflowed:
             self._overflowed.discard(xid)
-            self._forgotten.add(xid)
+            self._forget(xid, position)
             return
         keys = self._open.pop(xid, None)
         if not keys:
@@ -164,7 +168,14 @@ class RecentTransactions:
         while self._size > self.max_keys and self._committed:
             old = self._committed.popleft()
             self._size -= sum(len(k) for k in old.keys.values())
-            self._forgotten.add(old.xid)
+            self._forget(old.xid, old.position)
+
+    def _forget(self, xid: int, position: Position) -> None:
+        self._forgotten[xid] = position
+        if len(self._forgotten) > MAX_FORGOTTEN:
+            # Bounded too: drop the oldest. A transaction that many commits old still being
+            # invisible to a new snapshot would need a commit stalled for that long.
+            del self._forgotten[next(iter(self._forgotten))]  # insertion = commit order
 
     def stale_keys(
         self, table: TableId, visibility: ReadVisibility, before: Position
@@ -172,7 +183,12 @@ class RecentTransactions:
         """Keys of ``table`` that transactions committed before ``before`` (the window's open
         watermark) wrote but the chunk's snapshot did not see; None if a forgotten
         transaction might be one of them (the chunk must be re-read)."""
-        if any(not visibility.sees(xid) for xid in self._forgotten):
+        # Only forgotten transactions before the open watermark matter: later ones are in
+        # the window's own reach.
+        if any(
+            position < before and not visibility.sees(xid)
+            for xid, position in self._forgotten.items()
+        ):
             return None
         stale: set[Key] = set()
         for txn in self._committed:
@@ -203,4 +219,4 @@ class RecentTransactions:
         while self._committed and visibility.settled(self._committed[0].xid):
             old = self._committed.popleft()
             self._size -= sum(len(k) for k in old.keys.values())
-        self._forgotten = {x for x in self._forgotten if not visibility.settled(x)}
+        self._forgotten = {x: p for x, p in self._forgotten.items() if not visibility.settled(x)}

@@ -33,9 +33,23 @@ from signals.names import TableId
 from snapshotter.core.events import ChangeEvent, Op, SnapshotMarker, Source
 from snapshotter.core.keys import Key
 from snapshotter.core.position import Position
+from snapshotter.core.values import RawJson
 from snapshotter.core.visibility import ReadVisibility
 
 _ROW_INDEX = "__snapshotter_row"
+
+
+def buffer_key(key: Key) -> Key:
+    """A log key as the chunk buffer holds it: bytes-likes as bytes (they must hash like the
+    bytes Arrow gives back), JSON documents as their text (Arrow holds JSON as text)."""
+    return tuple(
+        bytes(v)
+        if isinstance(v, bytearray | memoryview)
+        else v.text
+        if isinstance(v, RawJson)
+        else v
+        for v in key
+    )
 
 
 class WindowPhase(StrEnum):
@@ -216,10 +230,7 @@ class ChunkWindow:
                     f"{nulls[0]!r}; key columns must be NOT NULL, and the log must carry them "
                     "(on PostgreSQL a surrogate key needs REPLICA IDENTITY FULL)"
                 )
-            # Readers may hand bytes-likes that do not hash like the bytes Arrow gives back.
-            keys.append(
-                tuple(bytes(v) if isinstance(v, bytearray | memoryview) else v for v in key)
-            )
+            keys.append(buffer_key(key))
         if not keys:
             raise WindowKeyError(f"{self.table}: an {event.op.value!r} log event has no row")
         return keys

@@ -40,6 +40,7 @@ class TableShape:
     table: TableId
     columns: tuple[tuple[str, int], ...]  # (name, type code) in table order
     full_identity: bool  # whether updates/deletes carry the whole old row
+    key: tuple[str, ...] = ()  # the columns the reader keys this table's events by
 
 
 @dataclass(frozen=True, slots=True)

@@ -198,7 +198,12 @@ class PgOutputDecoder:
             key = identity or tuple(range(len(names)))
         columns = tuple((self._transformer.get_loader(oid, 0).load, oid) for oid in oids)
         self._tables[rel.oid] = _Table(table, names, oids, columns, key, _key_getter(key), identity)
-        return TableShape(table, tuple(zip(names, oids, strict=True)), rel.replica_identity == "f")
+        return TableShape(
+            table,
+            tuple(zip(names, oids, strict=True)),
+            rel.replica_identity == "f",
+            tuple(names[i] for i in key),
+        )
 
     # -- rows -------------------------------------------------------------------------------
 

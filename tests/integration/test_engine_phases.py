@@ -116,18 +116,21 @@ def test_read_rows_sit_between_their_watermark_and_the_next_event(capture: Any) 
     assert positions == sorted(positions)  # file order is log order
 
 
-def test_an_invisible_commit_before_the_open_watermark_is_dropped(capture: Any) -> None:
+@pytest.mark.parametrize("stall_at", ["first chunk", "before the signal"])
+def test_an_invisible_commit_before_the_open_watermark_is_dropped(
+    capture: Any, stall_at: str
+) -> None:
     """PostgreSQL's WAL order is not visibility order: a transaction waiting for a
     synchronous standby is in the WAL (and decoded, and streamed) before our open watermark,
     but the chunk SELECT's snapshot does not see it. Without the visibility rule the READ row
-    would carry the old value *after* the update's event, and the sink would keep it."""
+    would carry the old value *after* the update's event, and the sink would keep it. The
+    stall starts either just before the first open watermark or before the signal (even
+    before the engine starts: the transaction is streamed when it starts)."""
     cap = _setup(capture)
     database = cap.sql("SELECT current_database()")[0][0]
     waiting: dict[str, Any] = {}
 
-    def stall_a_commit(task: ChunkTask) -> None:
-        if task.number != 1 or waiting:
-            return
+    def stall_a_commit() -> None:
         conn = psycopg.connect(cap.url, autocommit=True)
         waiting["conn"] = conn
         waiting["pid"] = conn.info.backend_pid
@@ -152,6 +155,10 @@ def test_an_invisible_commit_before_the_open_watermark_is_dropped(capture: Any) 
             time.sleep(0.05)
         raise AssertionError("the update never waited for the (absent) synchronous standby")
 
+    def stall_in_first_chunk(task: ChunkTask) -> None:
+        if task.number == 1 and not waiting:
+            stall_a_commit()
+
     def release(task: ChunkTask) -> None:
         if task.number == 1 and "pid" in waiting and "released" not in waiting:
             waiting["released"] = True
@@ -164,7 +171,11 @@ def test_an_invisible_commit_before_the_open_watermark_is_dropped(capture: Any) 
     cap.sql("SELECT pg_reload_conf()")
     try:
         time.sleep(0.3)
-        _run(cap, before_open=stall_a_commit, after_read=release)
+        if stall_at == "first chunk":
+            _run(cap, before_open=stall_in_first_chunk, after_read=release)
+        else:
+            stall_a_commit()
+            _run(cap, after_read=release)
     finally:
         cap.sql("ALTER SYSTEM RESET synchronous_standby_names")
         cap.sql("SELECT pg_reload_conf()")
@@ -174,3 +185,40 @@ def test_an_invisible_commit_before_the_open_watermark_is_dropped(capture: Any) 
     assert 8 not in _reads(cap)  # dropped by the visibility rule
     updates = [e for e in cap.events("items") if e["value"]["op"] == "u"]
     assert [u["value"]["after"]["name"] for u in updates] == ["late"]
+
+
+def test_a_json_key_updated_inside_the_window(capture: Any) -> None:
+    cap = capture(chunk_size=10)
+    docs = f'"{cap.schema}".docs'
+    cap.sql(f"CREATE TABLE {docs} (doc jsonb PRIMARY KEY, n int)")
+    cap.sql(f"ALTER TABLE {docs} REPLICA IDENTITY FULL")
+    cap.sql(
+        f"INSERT INTO {docs} SELECT jsonb_build_object('k', g), g FROM generate_series(1, 30) g"
+    )
+    cap.init()
+    cap.execute(f"{cap.schema}.docs")
+    done = threading.Event()
+
+    def update(task: ChunkTask) -> None:
+        if task.number == 1 and not done.is_set():
+            done.set()
+            cap.sql(f"UPDATE {docs} SET n = -1 WHERE doc = %s::jsonb", ('{"k": 3}',))
+
+    assert cap.run(hooks=PhaseHooks(after_open=update)) == 0
+    reads = [e["key"]["doc"] for e in cap.events("docs") if e["value"]["op"] == "r"]
+    assert {"k": 3} not in reads and len(reads) == 29
+    verdict = cap.verify("docs")
+    assert verdict.ok, verdict.render()
+
+
+def test_a_failing_chunk_fails_only_its_snapshot(capture: Any) -> None:
+    cap = _setup(capture)
+    # Chunks 1-4 read fine; chunk 5 (ids 41..50, beyond ROWS so use 35) divides by zero.
+    cap.execute(f"{cap.schema}.items", filters=[f"{cap.schema}.items=100 / (id - 35) <> 0"])
+    assert cap.run() == 2
+    snapshot = cap.status()["snapshots"][0]
+    assert snapshot["state"] == "failed"
+    assert "division by zero" in snapshot["error"] and "items" in snapshot["error"]
+    cap.sql(f'UPDATE "{cap.schema}".items SET n = 0 WHERE id = 1')
+    assert cap.run() == 0  # the stream goes on after a failed snapshot
+    assert any(e["value"]["op"] == "u" for e in cap.events("items"))

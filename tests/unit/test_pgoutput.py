@@ -285,7 +285,7 @@ def test_timestamps_are_unix_milliseconds() -> None:
 def test_relation_yields_table_shape() -> None:
     decoder = make_decoder()
     assert decoder.feed(relation(OID, "public", "t", "f", COLUMNS), 1) == [
-        TableShape(TABLE, (("id", 23), ("name", 25), ("doc", 3802), ("body", 25)), True)
+        TableShape(TABLE, (("id", 23), ("name", 25), ("doc", 3802), ("body", 25)), True, ("id",))
     ]
     shape = decoder.feed(relation(5, "", "pg_thing", "d", []), 1)
     assert shape == [TableShape(TableId("pg_catalog", "pg_thing"), (), False)]
@@ -294,7 +294,7 @@ def test_relation_yields_table_shape() -> None:
 def test_insert_and_commit() -> None:
     decoder = make_decoder()
     assert open_txn(decoder)[0] == TableShape(
-        TABLE, (("id", 23), ("name", 25), ("doc", 3802), ("body", 25)), False
+        TABLE, (("id", 23), ("name", 25), ("doc", 3802), ("body", 25)), False, ("id",)
     )
     items = decoder.feed(insert(OID, [b"7", "é".encode(), b'{"a": 1.50}', None]), LSN - 0x50)
     event = only_event(items)
@@ -474,7 +474,7 @@ def test_relation_replaced_with_new_columns() -> None:
     shape = decoder.feed(
         relation(OID, "public", "t", "f", [(1, "id", 23, -1), (0, "v", 16, -1)]), 0
     )
-    assert shape == [TableShape(TABLE, (("id", 23), ("v", 16)), True)]
+    assert shape == [TableShape(TABLE, (("id", 23), ("v", 16)), True, ("id",))]
     assert only_event(decoder.feed(insert(OID, [b"1", b"t"]), LSN)).after == {"id": 1, "v": True}
 
 
