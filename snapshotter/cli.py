@@ -236,7 +236,7 @@ def _print_summary(config: Config) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from snapshotter.runner import libpq_url, state_path
+    from snapshotter.runner import state_path
     from snapshotter.status import status_report
 
     config = _config(args)
@@ -245,7 +245,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         state = StateStore(path).load()
     except StateError as exc:
         raise CliError(str(exc)) from None
-    lag = _lag_bytes(libpq_url(config), state.stream.resume.get("lsn"))
+    lag = _lag_bytes(config, state.stream.resume.get("lsn"))
     report = status_report(state, lag)
     if args.json:
         out.print_json(json.dumps(report))
@@ -271,19 +271,22 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _lag_bytes(url: str, lsn: object) -> int | None:
-    import psycopg
+def _lag_bytes(config: Config, lsn: object) -> int | None:
+    """How far the log end is ahead of the saved restart point; None if unreachable."""
+    from snapshotter.connect import sqlalchemy_url
+    from snapshotter.dialects.postgres import PostgresDialect
 
-    from snapshotter.logs.pg_reader import lsn_to_int
-
+    source = config.source
+    dialect = PostgresDialect(
+        sqlalchemy_url(source), signal_table=source.signal_table_id, publication=source.publication
+    )
     try:
-        with psycopg.connect(url, connect_timeout=5) as conn:
-            row = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
-    except psycopg.Error:
+        end = dialect.log_end()
+    except sa.exc.SQLAlchemyError:
         return None
-    if row is None:
-        return None
-    return max(0, lsn_to_int(row[0]) - (lsn if isinstance(lsn, int) else 0))
+    finally:
+        dialect.close()
+    return max(0, end - (lsn if isinstance(lsn, int) else 0))
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

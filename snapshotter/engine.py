@@ -140,6 +140,7 @@ class Engine:
         # (READ rows and log events must share one key shape, before and after a restart).
         self._primary_keys: dict[TableId, tuple[str, ...] | None] = {}
         self._paging_keys: dict[TableId, tuple[str, ...]] = {}
+        self._unfinished_keys: dict[TableId, tuple[str, ...]] = {}
         self._surrogate_keys: dict[TableId, tuple[str, ...]] = {
             p.table: tuple(p.key_columns)
             for p in self.state.snapshots
@@ -174,6 +175,7 @@ class Engine:
         """
         self._sink.open(self.state.sink or None)
         self._resume_unfinished()
+        self._refresh_unfinished_keys()
         reader = self._open_reader(self.state.stream.resume, self._key_columns_of)
         self._reader = reader
         worker = ChunkWorker(self._dialect, self._hooks)
@@ -186,6 +188,7 @@ class Engine:
                 for item in reader.read(READ_TIMEOUT_S):
                     self._handle(item)
                 self._flush_out()
+                self._refresh_unfinished_keys()
                 for result in worker.poll():
                     self._on_result(result)
                 self._schedule()
@@ -434,6 +437,7 @@ class Engine:
             filter=condition,
         )
         self.state.add(progress)
+        self._refresh_unfinished_keys()
         self._touched.add(signal.id)
         reason = None
         if table == self._signal_table:
@@ -576,6 +580,7 @@ class Engine:
             if progress.status is SnapshotStatus.PENDING:
                 progress.key_columns = list(result.key_columns)
                 progress.start(result.max_key)
+                self._refresh_unfinished_keys()
                 self._dirty = True
                 done = progress.status.finished  # an empty table is done at once
                 log.info(
@@ -703,13 +708,24 @@ class Engine:
         """The paging key of the table's unfinished snapshot: described, or recorded in
         state (after a restart, before the table is described again), or the signal's
         surrogate key; None: the primary key, which is the decoder's event key."""
-        progress = self.state.progress(table)
-        if progress is not None and not progress.status.finished:
-            if progress.key_columns:
-                return tuple(progress.key_columns)
-            if progress.surrogate_key:
-                return (progress.surrogate_key,)
+        unfinished = self._unfinished_keys.get(table)
+        if unfinished:
+            return unfinished
         return self._paging_keys.get(table) or self._surrogate_keys.get(table)
+
+    def _refresh_unfinished_keys(self) -> None:
+        """Per-table paging keys of unfinished snapshots, computed once per read of the log
+        and whenever a snapshot is added or described (not per event: state can hold many
+        past snapshots)."""
+        keys: dict[TableId, tuple[str, ...]] = {}
+        for progress in self.state.snapshots:
+            if progress.status.finished:
+                continue
+            if progress.key_columns:
+                keys[progress.table] = tuple(progress.key_columns)
+            elif progress.surrogate_key:
+                keys[progress.table] = (progress.surrogate_key,)
+        self._unfinished_keys = keys
 
     def _key_columns_of(self, table: TableId) -> Sequence[str] | None:
         """The decoder's key for a table's log events: its primary key (None: the decoder
@@ -786,7 +802,7 @@ class Engine:
             self._target = None
             return False
         if self._target is None:
-            self._target = self._reader.log_end()
+            self._target = self._dialect.log_end()
         if self._boundary_offset < self._target:
             now = time.monotonic()
             if now - self._last_progress_request > 0.2:

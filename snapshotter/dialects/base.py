@@ -117,6 +117,11 @@ class Dialect(Protocol):
         """Insert the watermark row into the signal table and commit."""
         ...
 
+    def log_end(self) -> int:
+        """The current end of the log (PostgreSQL: the WAL flush LSN) as a log offset,
+        comparable with the readers' ``Progress.log_offset`` and commit resume points."""
+        ...
+
     def ensure_captured(self, tables: Sequence[TableId]) -> list[TableId]:
         """Make the log carry these tables (PostgreSQL: ALTER PUBLICATION ... ADD TABLE);
         returns those that were added. Committed when this returns."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql.base import PGDialect
@@ -195,14 +195,18 @@ def _check_role(conn: sa.Connection) -> list[Problem]:
     ]
 
 
-def _check_slot(conn: sa.Connection, slot: str) -> list[Problem]:
-    row = conn.execute(
+def _existing_slot(conn: sa.Connection, slot: str) -> sa.Row[Any] | None:
+    return conn.execute(
         sa.text(
             "SELECT slot_type, plugin, database, current_database() AS here "
             "FROM pg_catalog.pg_replication_slots WHERE slot_name = :slot"
         ),
         {"slot": slot},
     ).one_or_none()
+
+
+def _check_slot(conn: sa.Connection, slot: str) -> list[Problem]:
+    row = _existing_slot(conn, slot)
     if row is not None:
         return _check_existing_slot(slot, row.slot_type, row.plugin, row.database, row.here)
     used = int(conn.execute(sa.text("SELECT count(*) FROM pg_replication_slots")).scalar_one())
@@ -560,13 +564,7 @@ def ensure_slot(engine_or_url: EngineOrUrl, slot: str) -> SlotState:
     """
     with _engine(engine_or_url) as engine:
         with engine.connect() as conn:
-            row = conn.execute(
-                sa.text(
-                    "SELECT slot_type, plugin, database, current_database() AS here "
-                    "FROM pg_catalog.pg_replication_slots WHERE slot_name = :slot"
-                ),
-                {"slot": slot},
-            ).one_or_none()
+            row = _existing_slot(conn, slot)
         if row is not None:
             wrong = _check_existing_slot(slot, row.slot_type, row.plugin, row.database, row.here)
             if wrong:

@@ -75,10 +75,6 @@ class LogReader(Protocol):
         log before it."""
         ...
 
-    def log_end(self) -> int:
-        """The current end of the log (PostgreSQL: the WAL flush LSN), as a log offset."""
-        ...
-
     def request_progress(self) -> None:
         """Ask the server to report how far it has read, so a ``Progress`` item follows soon."""
         ...

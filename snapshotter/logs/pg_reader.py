@@ -66,14 +66,12 @@ class PgLogReader:
         start_lsn: int = 0,
         max_items: int = 5000,
     ) -> None:
-        self._conninfo = conninfo
         self._decoder = decoder
         self._max_items = max_items
         self._received = start_lsn  # highest WAL end seen in a frame
         self._flushed = start_lsn  # what state has made durable (sent as flush/apply)
         self._in_txn = False
         self._last_feedback = 0.0
-        self._sql_conn: psycopg.Connection[Any] | None = None
         try:
             self._conn = psycopg.connect(
                 conninfo, replication="database", autocommit=True, options=SESSION_OPTIONS
@@ -161,13 +159,6 @@ class PgLogReader:
     def request_progress(self) -> None:
         self._feedback(reply=True)
 
-    def log_end(self) -> int:
-        if self._sql_conn is None or self._sql_conn.closed:
-            self._sql_conn = psycopg.connect(self._conninfo, autocommit=True)
-        row = self._sql_conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
-        assert row is not None
-        return lsn_to_int(row[0])
-
     def close(self) -> None:
         try:
             if not self._conn.closed and self._flushed:
@@ -175,5 +166,3 @@ class PgLogReader:
         except psycopg.Error:
             pass  # closing anyway; the slot keeps the last position it was told
         self._conn.close()
-        if self._sql_conn is not None:
-            self._sql_conn.close()
