@@ -21,8 +21,11 @@ from snapshotter.connect import create_engine
 from snapshotter.core.state import StateError
 from snapshotter.state_store import StateStore
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+# Off a terminal rich assumes 80 columns, which folds the status table into a column of
+# fragments; pipes and logs get room for a whole row instead.
+_PIPE_WIDTH = None if sys.stdout.isatty() else 200
+out = Console(highlight=False, soft_wrap=True, width=_PIPE_WIDTH)
+err = Console(stderr=True, highlight=False, soft_wrap=True, width=_PIPE_WIDTH)
 
 
 class CliError(Exception):
