@@ -127,7 +127,7 @@ def _selectors(names: list[str], field: str) -> tuple[TableSelector, ...]:
 
 
 def _conditions(
-    raw: list[_Condition], tables: tuple[TableSelector, ...]
+    raw: list[_Condition], tables: tuple[TableSelector, ...], dollar_quotes: bool
 ) -> tuple[AdditionalCondition, ...]:
     out: list[AdditionalCondition] = []
     for cond in raw:
@@ -150,7 +150,7 @@ def _conditions(
                 "data-collections of this snapshot"
             )
         try:
-            check_filter(cond.filter)
+            check_filter(cond.filter, dollar_quotes=dollar_quotes)
         except FilterError as exc:
             raise _Problem(
                 f"additional-conditions: the filter for {cond.data_collection!r} is refused: {exc}"
@@ -187,7 +187,9 @@ def _payload(data: str | None) -> Any:
     return payload
 
 
-def _parse(signal_id: str, signal_type: str, data: str | None) -> Signal | Watermark:
+def _parse(
+    signal_id: str, signal_type: str, data: str | None, dollar_quotes: bool
+) -> Signal | Watermark:
     if not signal_id:
         raise _Problem("the signal has an empty id")
     try:
@@ -204,7 +206,7 @@ def _parse(signal_id: str, signal_type: str, data: str | None) -> Signal | Water
                 id=signal_id,
                 data_collections=tables,
                 snapshot_type=_snapshot_type(ex.type),
-                additional_conditions=_conditions(ex.additional_conditions, tables),
+                additional_conditions=_conditions(ex.additional_conditions, tables, dollar_quotes),
                 surrogate_key=ex.surrogate_key,
             )
         case SignalType.STOP_SNAPSHOT:
@@ -267,7 +269,7 @@ def _shown(value: object) -> str:
 
 
 def parse_signal(
-    signal_id: object, signal_type: object, data: object
+    signal_id: object, signal_type: object, data: object, *, dollar_quotes: bool = True
 ) -> Signal | Watermark | SignalError:
     """Parse one signal-table row. Never raises; a bad row gives a ``SignalError``.
 
@@ -278,13 +280,17 @@ def parse_signal(
     decimal text, so ``7`` is the id ``"7"``; any other type of value (a ``bool`` id, an
     ``int`` type, a ``dict`` as data) is an error. The error names the id as best it can,
     undecodable bytes shown with backslash escapes.
+
+    ``dollar_quotes`` says how the source database reads ``$$``: PostgreSQL as a quote,
+    MySQL as part of a name; filters are checked the way the database will read them
+    (``signals.sqlguard.check_filter``).
     """
     sid = _shown(signal_id)
     stype = _shown(signal_type)
     try:
         sid = _id_text(signal_id)
         stype = _text(signal_type, "type") or ""
-        return _parse(sid, stype, _text(data, "data"))
+        return _parse(sid, stype, _text(data, "data"), dollar_quotes)
     except _Problem as problem:
         return SignalError(sid, stype or "?", str(problem))
     except RecursionError:

@@ -19,6 +19,7 @@ from snapshotter import __version__
 from snapshotter.config import Config, ConfigError, load_config
 from snapshotter.connect import create_engine
 from snapshotter.core.state import StateError
+from snapshotter.dialects.base import TableError as TableErrorBase
 from snapshotter.state_store import StateStore
 
 # Off a terminal rich assumes 80 columns, which folds the status table into a column of
@@ -56,13 +57,85 @@ def _connect(config: Config) -> sa.Engine:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
+    config = _config(args)
+    if config.source.kind == "mysql":
+        return _init_mysql(config)
+    return _init_postgres(config)
+
+
+def _print_problems(problems: Sequence[Any]) -> None:
+    for problem in problems:
+        colour = "red" if problem.severity == "error" else "yellow"
+        err.print(f"[{colour}]{problem.severity}:[/{colour}] {escape(problem.what)}")
+        err.print(f"  fix: {escape(problem.fix)}")
+    if any(p.severity == "error" for p in problems):
+        raise CliError("prerequisites not met; fix the errors above and run init again")
+
+
+def _init_mysql(config: Config) -> int:
+    """Signal table, prerequisites (binlog settings, privileges), then the binlog position
+    the first run streams from, saved in the state (so signals sent between ``init`` and
+    ``run`` are not missed)."""
+    from snapshotter.dialects import my_setup, pg_setup
+    from snapshotter.dialects.base import TableError
+    from snapshotter.dialects.mysql import MySqlDialect
+    from snapshotter.runner import state_path
+
+    source = config.source
+    engine = _connect(config)
+    signal_table = source.signal_table_id
+    with engine.begin() as conn:
+        created = create_signal_table(conn, signal_table)
+    out.print(escape(f"signal table {signal_table}: {'created' if created else 'already there'}"))
+    dialect = MySqlDialect(engine.url, signal_table=signal_table)
+    try:
+        tables = [
+            t
+            for t in pg_setup.resolve_tables(dialect, source.tables, source.default_schema)
+            if t != signal_table
+        ]
+        if not source.tables:
+            err.print(
+                "[yellow]warning:[/yellow] source.tables is empty: no table can be snapshotted"
+            )
+        out.print(escape(f"captured tables: {', '.join(map(str, tables)) or '(none yet)'}"))
+        _print_problems(my_setup.check_prerequisites(engine, client_server_id=source.server_id))
+        for table in tables:
+            if not dialect.describe(table).primary_key:
+                err.print(
+                    f"[yellow]warning:[/yellow] {escape(str(table))} has no primary key: "
+                    'snapshot it with a "surrogate-key" (a NOT NULL column with a unique index)'
+                )
+        start = dialect.binlog_start()
+    except TableError as exc:
+        raise CliError(f"source.tables: {exc}", code=2) from None
+    finally:
+        dialect.close()
+    config.state.dir.mkdir(parents=True, exist_ok=True)
+    try:
+        with StateStore(state_path(config)) as store:
+            state = store.load()
+            if state.stream.resume.get("file"):
+                resume = state.stream.resume
+                out.print(
+                    escape(f"binlog position: {resume['file']} at {resume['pos']} (saved before)")
+                )
+                return 0
+            state.stream.resume = start
+            store.save(state)
+    except StateError as exc:
+        raise CliError(str(exc)) from None
+    out.print(escape(f"binlog position: {start['file']} at {start['pos']} (saved in the state)"))
+    return 0
+
+
+def _init_postgres(config: Config) -> int:
     """Signal table, then prerequisites, then publication, then slot (the slot last: it
     starts keeping WAL the moment it exists, and must see the publication)."""
     from snapshotter.dialects import pg_setup
     from snapshotter.dialects.base import TableError
     from snapshotter.dialects.postgres import PostgresDialect
 
-    config = _config(args)
     source = config.source
     engine = _connect(config)
     signal_table = source.signal_table_id
@@ -83,13 +156,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     if not source.tables:
         err.print("[yellow]warning:[/yellow] source.tables is empty: no table can be snapshotted")
     out.print(escape(f"captured tables: {', '.join(map(str, tables)) or '(none yet)'}"))
-    problems = pg_setup.check_prerequisites(engine, tables, source.slot)
-    for problem in problems:
-        colour = "red" if problem.severity == "error" else "yellow"
-        err.print(f"[{colour}]{problem.severity}:[/{colour}] {escape(problem.what)}")
-        err.print(f"  fix: {escape(problem.fix)}")
-    if any(p.severity == "error" for p in problems):
-        raise CliError("prerequisites not met; fix the errors above and run init again")
+    _print_problems(pg_setup.check_prerequisites(engine, tables, source.slot))
     try:
         change = pg_setup.ensure_publication(engine, source.publication, [*tables, signal_table])
         out.print(escape(str(change)))
@@ -130,7 +197,12 @@ def cmd_signal(args: argparse.Namespace) -> int:
     config = _config(args)
     # The CLI builds the row and runs it through the same strict parser the engine uses, so
     # a signal the engine would refuse is refused here, before it reaches the table.
-    parsed = parse_signal(new_signal_id(), args.kind, json.dumps(_signal_data(args)))
+    parsed = parse_signal(
+        new_signal_id(),
+        args.kind,
+        json.dumps(_signal_data(args)),
+        dollar_quotes=config.source.kind == "postgres",
+    )
     if isinstance(parsed, SignalError):
         raise CliError(f"not sent: {parsed.problem}", code=2)
     assert not isinstance(parsed, Watermark)
@@ -248,7 +320,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         state = StateStore(path).load()
     except StateError as exc:
         raise CliError(str(exc)) from None
-    lag = _lag_bytes(config, state.stream.resume.get("lsn"))
+    lag = _lag_bytes(config, state.stream.resume)
     report = status_report(state, lag)
     if args.json:
         out.print_json(json.dumps(report))
@@ -274,21 +346,26 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _lag_bytes(config: Config, lsn: object) -> int | None:
-    """How far the log end is ahead of the saved restart point; None if unreachable."""
-    from snapshotter.connect import sqlalchemy_url
-    from snapshotter.dialects.postgres import PostgresDialect
+def _lag_bytes(config: Config, resume: dict[str, Any]) -> int | None:
+    """How far the log end is ahead of the saved restart point, in bytes; None if the
+    source is unreachable or the distance is not known (MySQL: another binlog file)."""
+    from snapshotter.runner import open_dialect
 
-    source = config.source
-    dialect = PostgresDialect(
-        sqlalchemy_url(source), signal_table=source.signal_table_id, publication=source.publication
-    )
+    dialect = open_dialect(config)
     try:
         end = dialect.log_end()
-    except sa.exc.SQLAlchemyError:
+    except (sa.exc.SQLAlchemyError, TableErrorBase):
         return None
     finally:
         dialect.close()
+    if config.source.kind == "mysql":
+        from snapshotter.dialects.mysql import binlog_offset
+
+        if not resume.get("file"):
+            return None
+        start = binlog_offset(str(resume["file"]), int(resume.get("pos", 0)))
+        return end - start if end >> 32 == start >> 32 else None
+    lsn = resume.get("lsn")
     return max(0, end - (lsn if isinstance(lsn, int) else 0))
 
 

@@ -26,8 +26,9 @@ from signals.names import TableId, TableNameError, parse_table_name, parse_table
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 ENV_PREFIX = "SNAPSHOTTER_"
 
-# The schema an unqualified name lives in, per source kind.
+# The schema an unqualified name lives in, per source kind (MySQL: the URL's database).
 DEFAULT_SCHEMA = {"postgres": "public"}
+SOURCE_KINDS = ("postgres", "mysql")
 
 
 class ConfigError(ValueError):
@@ -39,7 +40,8 @@ class _Section(BaseModel):
 
 
 class SourceConfig(_Section):
-    kind: Literal["postgres"]
+    # "mysql" covers MySQL 8 and MariaDB 10.5+ (the binlog and the SQL they share).
+    kind: Literal["postgres", "mysql"]
     url: str = Field(min_length=1)
     # The logical name of this source: Debezium's topic prefix, ``source.name`` in events.
     # Defaults to the database name in the URL.
@@ -51,6 +53,10 @@ class SourceConfig(_Section):
     chunk_size: int = Field(default=4096, ge=1, le=1_000_000)
     slot: str = Field(default="snapshotter", pattern=r"^[a-z0-9_]{1,63}$")
     publication: str = Field(default="snapshotter", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+    # MySQL: the server id the binlog client registers with. It must differ from the
+    # server's and every other replica's (a second client with the same id disconnects the
+    # first). Unset: a random id in 5400..6399 per run, as Debezium picks.
+    server_id: int | None = Field(default=None, ge=1, le=4_294_967_295)
 
     @field_validator("signal_table")
     @classmethod
@@ -73,6 +79,13 @@ class SourceConfig(_Section):
 
     @property
     def default_schema(self) -> str:
+        if self.kind == "mysql":
+            database = sa.make_url(self.url).database
+            if not database:
+                raise ConfigError(
+                    f"source.url {self.url!r} names no database (mysql://user:pass@host/DB)"
+                )
+            return database
         return DEFAULT_SCHEMA[self.kind]
 
     @property

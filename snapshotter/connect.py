@@ -6,7 +6,7 @@ import sqlalchemy as sa
 
 from snapshotter.config import SourceConfig
 
-_DRIVERS = {"postgres": "postgresql+psycopg"}
+_DRIVERS = {"postgres": "postgresql+psycopg", "mysql": "mysql+pymysql"}
 
 
 def sqlalchemy_url(source: SourceConfig) -> sa.URL:
@@ -16,4 +16,8 @@ def sqlalchemy_url(source: SourceConfig) -> sa.URL:
 
 
 def create_engine(source: SourceConfig) -> sa.Engine:
+    if source.kind == "mysql":
+        return sa.create_engine(
+            sqlalchemy_url(source), pool_pre_ping=True, connect_args={"charset": "utf8mb4"}
+        )
     return sa.create_engine(sqlalchemy_url(source), pool_pre_ping=True)

@@ -7,31 +7,22 @@ Meaningful once the engine has caught up with the log and the table is not being
 
 from __future__ import annotations
 
-import psycopg
-
 from signals.names import TableId
 from snapshotter.config import Config
-from snapshotter.connect import sqlalchemy_url
-from snapshotter.dialects import pg_types
-from snapshotter.dialects.postgres import PostgresDialect
-from snapshotter.runner import libpq_url
-from snapshotter.verify import Verdict, compare, materialize, read_table_rows
+from snapshotter.verify import Verdict, compare, materialize
 
 
 def check_table(config: Config, table: TableId) -> Verdict:
+    from snapshotter.runner import open_dialect
+
     source = config.source
     table = table.with_default_schema(source.default_schema)
-    dialect = PostgresDialect(
-        sqlalchemy_url(source), signal_table=source.signal_table_id, publication=source.publication
-    )
+    dialect = open_dialect(config)
     try:
         schema = dialect.describe(table)
+        key = list(schema.primary_key) or [c.name for c in schema.columns]
+        topic = f"{source.topic_prefix}.{table.schema}.{table.table}"
+        output = materialize(config.sink.path, topic)
+        return compare(output, dialect.scan(schema), key)
     finally:
         dialect.close()
-    columns = [(c.name, c.type_code) for c in schema.columns]
-    key = list(schema.primary_key) or [c.name for c in schema.columns]
-    topic = f"{source.topic_prefix}.{table.schema}.{table.table}"
-    output = materialize(config.sink.path, topic)
-    with psycopg.connect(libpq_url(config), context=pg_types.LoadContext()) as conn:
-        conn.execute("SET TimeZone = 'UTC'")
-        return compare(output, read_table_rows(conn, table, columns), key)

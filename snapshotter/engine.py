@@ -148,6 +148,9 @@ class Engine:
         }
         self._shapes: dict[TableId, TableShape] = {}
         self._history = RecentTransactions()
+        # Only where a chunk's snapshot can miss a transaction logged before its open
+        # watermark (PostgreSQL); MySQL commits in binlog order, so the log order suffices.
+        self._keep_history = not dialect.commits_visible_in_log_order
         self._pending: dict[int, _Pending] = {}
         self._last_checkpoint = 0.0
         self._dirty = False  # something worth a checkpoint happened since the last one
@@ -267,7 +270,7 @@ class Engine:
     def _on_change(self, change: Change) -> None:
         event = change.event
         self._in_txn = True
-        if event.table != self._signal_table:
+        if event.table != self._signal_table and self._keep_history:
             # Always, replayed changes included: a chunk's snapshot may miss a transaction
             # logged long before its open watermark (core.visibility).
             self._history.touch(change.xid, event.table, self._window_keys(event))
@@ -306,7 +309,7 @@ class Engine:
         if self._replayed(commit.position):
             return
         self._boundary = commit.resume
-        self._boundary_offset = int(commit.resume.get("lsn", 0))
+        self._boundary_offset = commit.log_offset
         self.state.stream.position = commit.position.token
         self.state.stream.resume = dict(commit.resume)
         self._dirty = True
@@ -348,7 +351,12 @@ class Engine:
 
     def _on_signal_row(self, event: ChangeEvent) -> None:
         row = event.after or {}
-        signal = parse_signal(row.get("id"), row.get("type"), row.get("data"))
+        signal = parse_signal(
+            row.get("id"),
+            row.get("type"),
+            row.get("data"),
+            dollar_quotes=self._dialect.dollar_quotes,
+        )
         if isinstance(signal, Watermark):
             self._on_watermark(signal, event)
             return

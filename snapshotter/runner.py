@@ -1,9 +1,11 @@
-"""Wiring: build the engine for a config (PostgreSQL dialect and log reader, sink, state)
+"""Wiring: build the engine for a config (the source's dialect and log reader, sink, state)
 and run it until a signal asks it to stop. The CLI's ``run`` and ``resume`` use this; tests
 use it to run an engine in a thread with phase hooks."""
 
 from __future__ import annotations
 
+import logging
+import random
 import signal
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -12,11 +14,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from signals.names import TableId
+from signals.names import TableId, parse_table_selector
 from snapshotter.chunk_worker import PhaseHooks
 from snapshotter.config import Config
 from snapshotter.connect import sqlalchemy_url
 from snapshotter.core.state import EngineState
+from snapshotter.dialects.base import Dialect
 from snapshotter.dialects.postgres import PostgresDialect
 from snapshotter.engine import Engine
 from snapshotter.logs.base import LogReader
@@ -27,6 +30,8 @@ from snapshotter.sinks.jsonl import JsonlSink
 from snapshotter.state_store import StateStore
 
 STATE_FILE = "state.json"
+
+log = logging.getLogger(__name__)
 
 
 def state_path(config: Config) -> Path:
@@ -50,16 +55,99 @@ def build_engine(
     """The engine for ``config``; it loads state from ``store`` at once, so pass a store
     whose lock is held (``run_engine`` does) unless only inspecting."""
     source = config.source
-    dialect = PostgresDialect(
-        sqlalchemy_url(source),
-        signal_table=source.signal_table_id,
-        publication=source.publication,
-    )
+    dialect = open_dialect(config)
     store = store or StateStore(state_path(config))
     holder: list[Engine] = []
 
     def key_names(table: TableId) -> Sequence[str]:
         return holder[0].key_names(table)
+
+    open_reader = (
+        _binlog_reader_opener(config, dialect)
+        if source.kind == "mysql"
+        else _pg_reader_opener(config, dialect)
+    )
+    engine = Engine(
+        config=config,
+        dialect=dialect,
+        open_reader=open_reader,
+        sink=sink or JsonlSink(config.sink.path, source.topic_prefix, key_columns=key_names),
+        store=store,
+        hooks=hooks,
+        on_progress=on_progress,
+    )
+    holder.append(engine)
+    return engine, store
+
+
+def open_dialect(config: Config) -> Dialect:
+    """The dialect of the configured source (close it when done)."""
+    source = config.source
+    if source.kind == "mysql":
+        from snapshotter.dialects.mysql import MySqlDialect
+
+        return MySqlDialect(source.url, signal_table=source.signal_table_id)
+    return PostgresDialect(
+        sqlalchemy_url(source),
+        signal_table=source.signal_table_id,
+        publication=source.publication,
+    )
+
+
+def binlog_server_id(config: Config) -> int:
+    """The configured replication client id, or a random one in 5400..6399 (Debezium's
+    habit) when unset."""
+    chosen = config.source.server_id
+    return chosen if chosen is not None else random.randrange(5400, 6400)
+
+
+def _binlog_reader_opener(
+    config: Config, dialect: Dialect
+) -> Callable[[Mapping[str, Any], Callable[[TableId], Sequence[str] | None]], LogReader]:
+    from snapshotter.dialects.mysql import MySqlDialect
+    from snapshotter.logs.binlog_decoder import BinlogDecoder
+    from snapshotter.logs.binlog_reader import BinlogLogReader
+
+    assert isinstance(dialect, MySqlDialect)
+    source = config.source
+    selectors = [
+        s.with_default_schema(source.default_schema) if isinstance(s, TableId) else s
+        for s in map(parse_table_selector, source.tables)
+    ]
+    signal_table = source.signal_table_id
+
+    def captured(table: TableId) -> bool:
+        return table == signal_table or any(
+            s == table if isinstance(s, TableId) else s.matches(table) for s in selectors
+        )
+
+    def open_reader(
+        resume: Mapping[str, Any], key_columns: Callable[[TableId], Sequence[str] | None]
+    ) -> LogReader:
+        start = dict(resume)
+        if not start.get("file"):
+            start = dict(dialect.binlog_start())
+            log.warning(
+                "no saved binlog position (snapshotter init records one): streaming from "
+                "the current end of the binlog, %s at %s",
+                start["file"],
+                start["pos"],
+            )
+        decoder = BinlogDecoder(source.topic_prefix, captured=captured, key_columns=key_columns)
+        return BinlogLogReader(
+            dialect.connect_args(),
+            server_id=binlog_server_id(config),
+            decoder=decoder,
+            start=start,
+        )
+
+    return open_reader
+
+
+def _pg_reader_opener(
+    config: Config, dialect: Dialect
+) -> Callable[[Mapping[str, Any], Callable[[TableId], Sequence[str] | None]], LogReader]:
+    source = config.source
 
     def open_reader(
         resume: Mapping[str, Any], key_columns: Callable[[TableId], Sequence[str] | None]
@@ -75,17 +163,7 @@ def build_engine(
             start_lsn=int(resume.get("lsn", 0)),
         )
 
-    engine = Engine(
-        config=config,
-        dialect=dialect,
-        open_reader=open_reader,
-        sink=sink or JsonlSink(config.sink.path, source.topic_prefix, key_columns=key_names),
-        store=store,
-        hooks=hooks,
-        on_progress=on_progress,
-    )
-    holder.append(engine)
-    return engine, store
+    return open_reader
 
 
 class StopFlag:

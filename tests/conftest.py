@@ -87,3 +87,47 @@ def capture(pg_url: str, pg_schema: str, tmp_path: Path) -> Iterator[Any]:
     yield make
     for cap in made:
         cap.cleanup()
+
+
+@pytest.fixture(scope="session")
+def mysql_url() -> str:
+    """MySQL or MariaDB with binlog CDC settings (scripts/services up mysql)."""
+    import pymysql
+
+    url = _service_url("mysql", "SNAPSHOTTER_MYSQL_URL")
+    parsed = sa.make_url(url)
+    try:
+        pymysql.connect(
+            host=parsed.host or "127.0.0.1",
+            port=parsed.port or 3306,
+            user=parsed.username or "",
+            password=parsed.password or "",
+            connect_timeout=10,
+        ).close()
+    except pymysql.err.Error as exc:
+        _unavailable("mysql", str(exc))
+    return url
+
+
+@pytest.fixture(scope="session")
+def mysql_engine(mysql_url: str) -> Iterator[sa.Engine]:
+    engine = sa.create_engine(
+        sa.make_url(mysql_url).set(drivername="mysql+pymysql"),
+        connect_args={"charset": "utf8mb4"},
+    )
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def mysql_db(mysql_engine: sa.Engine) -> Iterator[str]:
+    """A fresh database per test (MySQL's schema), dropped afterwards."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    quoted = mysql_engine.dialect.identifier_preparer.quote(name)
+    with mysql_engine.begin() as conn:
+        conn.exec_driver_sql(
+            f"CREATE DATABASE {quoted} CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci"
+        )
+    yield name
+    with mysql_engine.begin() as conn:
+        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {quoted}")

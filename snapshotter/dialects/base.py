@@ -8,7 +8,7 @@ queries, the watermark insert, and capture setup. Log reading is behind ``LogRea
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -73,6 +73,14 @@ class ChunkRead:
 class Dialect(Protocol):
     connector: str  # Debezium's connector name: "postgresql", "mysql"
     database: str  # the database name (``source.db``)
+    # Whether the database reads ``$$`` as a quote (PostgreSQL) or as part of a name
+    # (MySQL): signal filters are checked the way the database will read them.
+    dollar_quotes: bool
+    # Whether every transaction logged before a commit is visible to a SELECT that starts
+    # after that commit returned (MySQL, binlog_order_commits=ON). When False (PostgreSQL:
+    # a commit can be in the WAL before it is visible), chunk reads report ReadVisibility
+    # and the engine keeps a history of recent transactions to drop what they missed.
+    commits_visible_in_log_order: bool
 
     def describe(self, table: TableId) -> TableSchema:
         """Columns (in table order) and primary key; TableError if the table is missing."""
@@ -111,6 +119,11 @@ class Dialect(Protocol):
     ) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
         """What turns a buffered chunk row (Arrow storage values) into the event value model
         (e.g. JSON text into RawJson); None when nothing needs converting."""
+        ...
+
+    def scan(self, schema: TableSchema) -> Iterator[dict[str, Any]]:
+        """Every row of the table in the value model, read as chunks are read (for the
+        convergence check), streamed; in no particular order."""
         ...
 
     def write_watermark(self, watermark: Watermark) -> None:

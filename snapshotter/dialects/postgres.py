@@ -15,7 +15,7 @@ compares in that type and range-scans the key's index.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time
 from decimal import Decimal
@@ -102,6 +102,8 @@ class PostgresDialect:
     """:class:`snapshotter.dialects.base.Dialect` for PostgreSQL (13+)."""
 
     connector = "postgresql"
+    dollar_quotes = True
+    commits_visible_in_log_order = False
 
     def __init__(self, url: str | sa.URL, signal_table: TableId, publication: str) -> None:
         self.url = pg_setup.psycopg_url(url)
@@ -366,6 +368,18 @@ class PostgresDialect:
             return out
 
         return convert
+
+    def scan(self, schema: TableSchema) -> Iterator[dict[str, Any]]:
+        """Every row of the table in the value model, read with the chunk reader's loaders
+        (for ``verify``), on a connection of its own, streamed."""
+        from snapshotter.verify import read_table_rows
+
+        columns = [(c.name, c.type_code) for c in schema.columns]
+        args, kwargs = self.engine.dialect.create_connect_args(self.url)
+        kwargs.pop("context", None)
+        with psycopg.connect(*args, **kwargs, context=pg_types.LoadContext()) as conn:
+            conn.execute("SET TimeZone = 'UTC'")
+            yield from read_table_rows(conn, schema.table, columns)
 
     def _cached(self, key: tuple[Any, ...], build: Callable[[], sa.Select[Any]]) -> str:
         """The statement compiled for psycopg, once per shape (chunks differ only in their

@@ -31,6 +31,7 @@ class Commit:
     position: Position  # >= the position of every change of the transaction
     resume: Mapping[str, Any]  # the reader's restart point after this transaction
     ts_ms: int = 0
+    log_offset: int = 0  # where the log is after this transaction, comparable with log_end
 
 
 @dataclass(frozen=True, slots=True)

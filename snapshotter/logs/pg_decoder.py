@@ -164,6 +164,7 @@ class PgOutputDecoder:
                 position=Position(txn.commit_lsn, txn.seq),
                 resume={"lsn": commit.end_lsn},
                 ts_ms=pg_time_to_unix_ms(commit.commit_ts_us),
+                log_offset=commit.end_lsn,
             )
         ]
 

@@ -7,6 +7,7 @@ way ``snapshotter run`` runs it (same ``run_engine``), with optional phase hooks
 
 from __future__ import annotations
 
+import random
 import threading
 import uuid
 from collections.abc import Callable, Sequence
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pymysql
+import sqlalchemy as sa
 
 from signals.names import TableId
 from snapshotter.chunk_worker import PhaseHooks
@@ -26,6 +29,24 @@ from snapshotter.runner import StopFlag, run_engine
 from snapshotter.verify import Verdict
 
 PREFIX = "test"
+
+
+def mysql_connect(url: str, **kwargs: Any) -> pymysql.connections.Connection[Any]:
+    """A pymysql connection (autocommit, utf8mb4, UTC session) to a mysql:// URL."""
+    parsed = sa.make_url(url)
+    conn = pymysql.connect(
+        host=parsed.host or "127.0.0.1",
+        port=parsed.port or 3306,
+        user=parsed.username or "",
+        password=parsed.password or "",
+        database=parsed.database,
+        charset="utf8mb4",
+        autocommit=True,
+        **kwargs,
+    )
+    with conn.cursor() as cur:
+        cur.execute("SET time_zone = '+00:00'")
+    return conn
 
 
 @dataclass
@@ -58,6 +79,7 @@ class Capture:
     chunk_size: int = 500
     extra_config: str = ""
     tables: Sequence[str] = ()
+    kind: str = "postgres"  # or "mysql" (MariaDB here; MySQL 8 with docker compose)
 
     def __post_init__(self) -> None:
         tag = uuid.uuid4().hex[:10]
@@ -66,17 +88,22 @@ class Capture:
         self.sink_path = self.directory / "events.jsonl"
         self.config_path = self.directory / "snapshotter.toml"
         tables = list(self.tables) or [f"{self.schema}.*"]
+        if self.kind == "mysql":
+            # A replication client id of its own: a second client with the same id would
+            # disconnect the first (tests may run engines side by side).
+            capture_settings = f"server_id = {random.randrange(100_000, 2_000_000_000)}"
+        else:
+            capture_settings = f'slot = "{self.slot}"\npublication = "{self.publication}"'
         self.config_path.write_text(
             f"""
 [source]
-kind = "postgres"
+kind = "{self.kind}"
 name = "{PREFIX}"
 url = "{self.url}"
 tables = {tables!r}
 signal_table = "{self.schema}.debezium_signal"
 chunk_size = {self.chunk_size}
-slot = "{self.slot}"
-publication = "{self.publication}"
+{capture_settings}
 {self.extra_config}
 [sink]
 kind = "jsonl"
@@ -108,10 +135,18 @@ dir = "state"
             args += ["--surrogate-key", surrogate]
         assert self.cli(*args) == 0
 
-    def sql(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with psycopg.connect(self.url, autocommit=True) as conn:
-            cur = conn.execute(statement, params)
-            return cur.fetchall() if cur.description else []
+    def sql(self, statement: str, params: Sequence[Any] | None = ()) -> list[tuple[Any, ...]]:
+        if self.kind == "mysql":
+            conn = mysql_connect(self.url)
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(statement, params or None)
+                    return list(cur.fetchall()) if cur.description else []
+            finally:
+                conn.close()
+        with psycopg.connect(self.url, autocommit=True) as pg:
+            pgcur = pg.execute(statement, params)
+            return pgcur.fetchall() if pgcur.description else []
 
     def start(
         self, *, until_caught_up: bool = False, hooks: PhaseHooks | None = None
@@ -167,6 +202,8 @@ dir = "state"
         return status_report(EngineState.from_json(path.read_text(encoding="utf-8")), None)
 
     def cleanup(self) -> None:
+        if self.kind == "mysql":
+            return  # the test's database is dropped by its fixture; the binlog needs nothing
         try:
             pg_setup.drop_slot(self.url, self.slot)
         finally:

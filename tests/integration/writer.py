@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import Any
 
 import psycopg
+import pymysql
 from psycopg import errors, sql
 
 from signals.names import TableId
@@ -84,11 +85,12 @@ class RandomWriter:
         self._stop = threading.Event()
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="random-writer", daemon=True)
+        self._mysql = conninfo.startswith(("mysql:", "mysql+", "mariadb:"))
         self._target = sql.Identifier(table.schema, table.table)
         self._where = sql.SQL(" AND ").join(
             sql.SQL("{} = %s").format(sql.Identifier(c)) for c in self.key_columns
         )
-        self._sql_cache: dict[tuple[str, tuple[str, ...]], sql.Composed] = {}
+        self._sql_cache: dict[tuple[str, tuple[str, ...]], Any] = {}
 
     # --- control ----------------------------------------------------------------------------
 
@@ -141,13 +143,21 @@ class RandomWriter:
 
     def _run(self) -> None:
         try:
-            with psycopg.connect(self.conninfo) as conn:
-                self._load_keys(conn)
-                self._loop(conn)
+            if self._mysql:
+                conn = _MySqlConnection(self.conninfo)
+                try:
+                    self._load_keys(conn)
+                    self._loop(conn)
+                finally:
+                    conn.close()
+                return
+            with psycopg.connect(self.conninfo) as pg:
+                self._load_keys(pg)
+                self._loop(pg)
         except BaseException as exc:  # handed to the caller by stop() / wait()
             self._error = exc
 
-    def _loop(self, conn: psycopg.Connection[Any]) -> None:
+    def _loop(self, conn: Any) -> None:
         started = time.monotonic()
         while not self._stop.is_set():
             remaining = None if self.changes is None else self.changes - self.total
@@ -161,7 +171,7 @@ class RandomWriter:
                 with conn.transaction():
                     for _ in range(n):
                         done[self._one(conn)] += 1
-            except (errors.UniqueViolation, errors.SerializationFailure):
+            except (errors.UniqueViolation, errors.SerializationFailure, _MySqlConflict):
                 self.counts["conflicts"] += 1
                 self._load_keys(conn)  # the cache saw the rolled-back statements
                 continue
@@ -173,7 +183,7 @@ class RandomWriter:
                 if ahead > 0:
                     self._stop.wait(ahead)
 
-    def _one(self, conn: psycopg.Connection[Any]) -> str:
+    def _one(self, conn: Any) -> str:
         kind = self._rng.choices(self._kinds, self._weights)[0] if self._keys else "insert"
         if kind == "insert":
             key = self._fresh_key()
@@ -203,10 +213,14 @@ class RandomWriter:
     def _values(self, key: Key) -> dict[str, Any]:
         return {c: v for c, v in self.new_row(key).items() if c not in self.key_columns}
 
-    def _sql(self, kind: str, columns: tuple[str, ...]) -> sql.Composed:
+    def _sql(self, kind: str, columns: tuple[str, ...]) -> Any:
         cached = self._sql_cache.get((kind, columns))
         if cached is not None:
             return cached
+        if self._mysql:
+            text = _mysql_statement(kind, self.table, columns, self.key_columns)
+            self._sql_cache[(kind, columns)] = text
+            return text
         idents = [sql.Identifier(c) for c in columns]
         if kind == "insert":
             query = sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
@@ -227,7 +241,12 @@ class RandomWriter:
 
     # --- the key cache ----------------------------------------------------------------------
 
-    def _load_keys(self, conn: psycopg.Connection[Any]) -> None:
+    def _load_keys(self, conn: Any) -> None:
+        if self._mysql:
+            self._keys = conn.keys(self.table, self.key_columns)
+            self._index = {k: i for i, k in enumerate(self._keys)}
+            self._hot = self._keys[: self.hot_keys]
+            return
         query = sql.SQL("SELECT {} FROM {}").format(
             sql.SQL(", ").join(sql.Identifier(c) for c in self.key_columns), self._target
         )
@@ -262,3 +281,99 @@ class RandomWriter:
             if key not in self._index:
                 return key
         raise RuntimeError("new_key() returned 100 keys already in the table")
+
+
+# --- MySQL / MariaDB -------------------------------------------------------------------------
+
+
+class _MySqlConflict(Exception):
+    """A duplicate key (under a case-insensitive collation 'abc' and 'ABC' collide), a
+    deadlock or a lock wait timeout: roll back, reload the keys, go on."""
+
+
+_MYSQL_CONFLICTS = {1062, 1213, 1205}
+
+
+def _bq(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _mysql_statement(
+    kind: str, table: TableId, columns: tuple[str, ...], key: tuple[str, ...]
+) -> str:
+    target = f"{_bq(table.schema or '')}.{_bq(table.table)}"
+    # Plain "=": under a case-insensitive collation only one of 'abc' and 'ABC' can be in
+    # the table, so it finds the row whichever spelling the cache holds.
+    where = " AND ".join(f"{_bq(c)} = %s" for c in key)
+    if kind == "insert":
+        marks = ", ".join(["%s"] * len(columns))
+        return f"INSERT INTO {target} ({', '.join(map(_bq, columns))}) VALUES ({marks})"
+    if kind == "update":
+        sets = ", ".join(f"{_bq(c)} = %s" for c in columns)
+        return f"UPDATE {target} SET {sets} WHERE {where}"
+    return f"DELETE FROM {target} WHERE {where}"
+
+
+class _MySqlConnection:
+    """Just what the writer uses of a psycopg connection, on pymysql."""
+
+    def __init__(self, url: str) -> None:
+        import sqlalchemy as sa
+
+        parsed = sa.make_url(url)
+        self._conn = pymysql.connect(
+            host=parsed.host or "127.0.0.1",
+            port=parsed.port or 3306,
+            user=parsed.username or "",
+            password=parsed.password or "",
+            database=parsed.database,
+            charset="utf8mb4",
+            autocommit=True,
+        )
+        with self._conn.cursor() as cur:
+            cur.execute("SET time_zone = '+00:00'")  # TIMESTAMP values are given in UTC
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def keys(self, table: TableId, columns: tuple[str, ...]) -> list[Key]:
+        with self._conn.cursor() as cur:
+            cur.execute(
+                f"SELECT {', '.join(map(_bq, columns))} FROM {_bq(table.schema or '')}."
+                f"{_bq(table.table)}"
+            )
+            return [tuple(r) for r in cur.fetchall()]
+
+    def transaction(self) -> _MySqlTransaction:
+        return _MySqlTransaction(self._conn)
+
+    def execute(self, statement: str, params: Sequence[Any]) -> None:
+        try:
+            with self._conn.cursor() as cur:
+                cur.execute(statement, [_mysql_value(v) for v in params])
+        except (pymysql.err.IntegrityError, pymysql.err.OperationalError) as exc:
+            if exc.args and exc.args[0] in _MYSQL_CONFLICTS:
+                raise _MySqlConflict(str(exc)) from exc
+            raise
+
+
+def _mysql_value(value: Any) -> Any:
+    import json
+
+    if isinstance(value, dict | list):
+        return json.dumps(value)
+    return value
+
+
+class _MySqlTransaction:
+    def __init__(self, conn: pymysql.connections.Connection[Any]) -> None:
+        self._conn = conn
+
+    def __enter__(self) -> None:
+        self._conn.begin()
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self._conn.commit()
+        else:
+            self._conn.rollback()

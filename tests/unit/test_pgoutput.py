@@ -319,7 +319,13 @@ def test_insert_and_commit() -> None:
     assert event.source.snapshot is SnapshotMarker.FALSE
     assert items[0] == Change(event, 900)
     assert decoder.feed(commit(LSN, END, TS_US + 1000), LSN) == [
-        Commit(xid=900, position=Position(LSN, 1), resume={"lsn": END}, ts_ms=TS_MS + 1)
+        Commit(
+            xid=900,
+            position=Position(LSN, 1),
+            resume={"lsn": END},
+            ts_ms=TS_MS + 1,
+            log_offset=END,
+        )
     ]
 
 
