@@ -25,10 +25,8 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from operator import itemgetter
 from typing import Any
 
-import pyarrow as pa
 import pymysql
 import sqlalchemy as sa
 
@@ -38,9 +36,17 @@ from signals.table import insert_signal
 from snapshotter.core.keys import Key
 from snapshotter.dialects import my_types
 from snapshotter.dialects.base import ChunkRead, ColumnInfo, Dialect, TableError, TableSchema
+from snapshotter.dialects.sql_common import (
+    StatementCache,
+    bound_params,
+    check_bounds,
+    key_clauses,
+    rows_to_arrow,
+    sa_table,
+    signal_filter,
+)
 
 _SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
-_MAX_CACHED_QUERIES = 256
 # Client errors that mean the connection, not the query, failed: worth a retry.
 _CONNECTION_ERRORS = frozenset({2002, 2003, 2006, 2013, 2055, 1053, 1927, 4031})
 
@@ -109,7 +115,7 @@ class MySqlDialect:
         self._engine: sa.Engine | None = None
         self._conn: pymysql.connections.Connection[Any] | None = None
         self._conn_lock = threading.Lock()  # the chunk connection serves one query at a time
-        self._sql: dict[tuple[Any, ...], str] = {}
+        self._statements = StatementCache(lambda: self.engine.dialect)
         self._types: dict[TableId, dict[str, ColumnType]] = {}
 
     @property
@@ -275,7 +281,7 @@ class MySqlDialect:
         self, schema: TableSchema, key_columns: Sequence[str], condition: str | None
     ) -> Key | None:
         keys = tuple(key_columns)
-        sql = self._cached(
+        sql = self._statements.get(
             ("max", schema, keys, condition), lambda: _max_key_query(schema, keys, condition)
         )
         rows = self._read(schema.table, "max-key query", sql, {})
@@ -294,7 +300,7 @@ class MySqlDialect:
         rows = self._read(schema.table, "chunk query", sql, params)
         positions = [schema.column_names.index(k) for k in key_columns]
         last_key = tuple(rows[-1][i] for i in positions) if rows else None
-        return ChunkRead(_to_arrow(schema, rows), last_key, None)
+        return ChunkRead(rows_to_arrow(schema, rows), last_key, None)
 
     def explain_chunk(
         self,
@@ -324,18 +330,13 @@ class MySqlDialect:
         limit: int,
     ) -> tuple[str, dict[str, Any]]:
         keys = tuple(key_columns)
-        for name, key in (("after", after), ("upto", upto)):
-            if key is not None and len(key) != len(keys):
-                raise ValueError(f"{name} key {key!r} does not match key columns {keys}")
+        check_bounds(keys, after, upto)
         has_after = after is not None
-        sql = self._cached(
+        sql = self._statements.get(
             ("chunk", schema, keys, has_after, condition),
             lambda: _chunk_query(schema, keys, has_after, condition, self._float_columns(schema)),
         )
-        params: dict[str, Any] = {f"u{i}": v for i, v in enumerate(upto)}
-        params.update({f"a{i}": v for i, v in enumerate(after or ())})
-        params["limit"] = limit
-        return sql, params
+        return sql, bound_params(after, upto, limit)
 
     def _float_columns(self, schema: TableSchema) -> frozenset[str]:
         types = self.column_types(schema)
@@ -380,21 +381,12 @@ class MySqlDialect:
                 cur.execute("START TRANSACTION READ ONLY")
                 cur.execute(sql)
                 while batch := cur.fetchmany(5000):
-                    table = _to_arrow(schema, list(batch), arrow)
+                    table = rows_to_arrow(schema, list(batch), arrow)
                     for row in table.to_pylist():
                         yield row if convert is None else convert(row)
                 cur.execute("COMMIT")
         finally:
             conn.close()
-
-    def _cached(self, key: tuple[Any, ...], build: Callable[[], sa.Select[Any]]) -> str:
-        sql = self._sql.get(key)
-        if sql is None:
-            if len(self._sql) >= _MAX_CACHED_QUERIES:
-                self._sql.clear()
-            sql = str(build().compile(dialect=self.engine.dialect))
-            self._sql[key] = sql
-        return sql
 
     def _read(
         self, table: TableId, what: str, sql: str, params: dict[str, Any]
@@ -454,12 +446,6 @@ class MySqlDialect:
 # --- SQL -----------------------------------------------------------------------------------
 
 
-def _sa_table(schema: TableSchema) -> sa.TableClause:
-    return sa.table(
-        schema.table.table, *(sa.column(c.name) for c in schema.columns), schema=schema.table.schema
-    )
-
-
 def _outputs(
     table: sa.TableClause, schema: TableSchema, floats: frozenset[str]
 ) -> list[sa.ColumnElement[Any]]:
@@ -471,15 +457,6 @@ def _outputs(
         else:
             out.append(raw)
     return out
-
-
-def _key_columns(
-    schema: TableSchema, table: sa.TableClause, key_columns: tuple[str, ...]
-) -> list[sa.ColumnClause[Any]]:
-    missing = [k for k in key_columns if k not in schema.column_names]
-    if missing or not key_columns:
-        raise TableError(f"table {schema.table} has no key column(s) {missing or key_columns}")
-    return [table.c[k] for k in key_columns]
 
 
 def key_bound(columns: Sequence[sa.ColumnClause[Any]], prefix: str, lower: bool) -> Any:
@@ -501,21 +478,14 @@ def key_bound(columns: Sequence[sa.ColumnClause[Any]], prefix: str, lower: bool)
     return sa.and_(leading, sa.or_(*alternatives))
 
 
-def _filter(condition: str) -> sa.TextClause:
-    """The signal's filter, parenthesised so an OR inside it cannot widen the key range.
-    Colons are escaped (``:name`` would be a bind parameter in ``sa.text``); SQLAlchemy
-    doubles percent signs for pymysql's parameter formatting."""
-    return sa.text("(" + condition.replace(":", "\\:") + ")")
-
-
 def _max_key_query(
     schema: TableSchema, key_columns: tuple[str, ...], condition: str | None
 ) -> sa.Select[Any]:
-    table = _sa_table(schema)
-    keys = _key_columns(schema, table, key_columns)
+    table = sa_table(schema)
+    keys = key_clauses(schema, table, key_columns)
     query = sa.select(*keys).select_from(table)
     if condition is not None:
-        query = query.where(_filter(condition))
+        query = query.where(signal_filter(condition))
     return query.order_by(*(k.desc() for k in keys)).limit(sa.literal_column("1"))
 
 
@@ -526,30 +496,20 @@ def _chunk_query(
     condition: str | None,
     floats: frozenset[str],
 ) -> sa.Select[Any]:
-    table = _sa_table(schema)
-    keys = _key_columns(schema, table, key_columns)
+    table = sa_table(schema)
+    keys = key_clauses(schema, table, key_columns)
     query = sa.select(*_outputs(table, schema, floats)).select_from(table)
     if has_after:
         query = query.where(key_bound(keys, "a", lower=True))
     query = query.where(key_bound(keys, "u", lower=False))
     if condition is not None:
-        query = query.where(_filter(condition))
+        query = query.where(signal_filter(condition))
     return query.order_by(*keys).limit(sa.bindparam("limit"))
 
 
 def _select_all(schema: TableSchema, floats: frozenset[str]) -> sa.Select[Any]:
-    table = _sa_table(schema)
+    table = sa_table(schema)
     return sa.select(*_outputs(table, schema, floats)).select_from(table)
-
-
-def _to_arrow(
-    schema: TableSchema, rows: list[tuple[Any, ...]], arrow: pa.Schema | None = None
-) -> pa.Table:
-    arrays = [
-        pa.array(list(map(itemgetter(i), rows)), type=c.arrow_type)
-        for i, c in enumerate(schema.columns)
-    ]
-    return pa.Table.from_arrays(arrays, schema=arrow or schema.arrow_schema())
 
 
 def _is_a_dialect(dialect: MySqlDialect) -> Dialect:

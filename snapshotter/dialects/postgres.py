@@ -19,12 +19,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time
 from decimal import Decimal
-from operator import itemgetter
 from typing import Any
 from uuid import UUID
 
 import psycopg
-import pyarrow as pa
 import sqlalchemy as sa
 from psycopg.adapt import PyFormat
 from sqlalchemy.types import UserDefinedType
@@ -36,6 +34,15 @@ from snapshotter.core.keys import Key
 from snapshotter.core.visibility import PgSnapshot
 from snapshotter.dialects import pg_setup, pg_types
 from snapshotter.dialects.base import ChunkRead, ColumnInfo, Dialect, TableError, TableSchema
+from snapshotter.dialects.sql_common import (
+    StatementCache,
+    bound_params,
+    check_bounds,
+    key_clauses,
+    rows_to_arrow,
+    sa_table,
+    signal_filter,
+)
 
 DEFAULT_SCHEMA = pg_setup.DEFAULT_SCHEMA
 
@@ -65,7 +72,6 @@ _RELKIND_NAMES = {
     "t": "a TOAST table",
 }
 
-_MAX_CACHED_QUERIES = 256
 _JSON = pg_types.JSON_OIDS
 
 
@@ -113,7 +119,7 @@ class PostgresDialect:
         self._conn: psycopg.Connection[Any] | None = None
         self._conn_lock = threading.Lock()  # the chunk connection serves one query at a time
         self._database: str | None = None
-        self._sql: dict[tuple[Any, ...], str] = {}
+        self._statements = StatementCache(lambda: self.engine.dialect)
 
     # --- connections ---------------------------------------------------------------------
 
@@ -292,7 +298,7 @@ class PostgresDialect:
         self, schema: TableSchema, key_columns: Sequence[str], condition: str | None
     ) -> Key | None:
         keys = tuple(key_columns)
-        sql = self._cached(
+        sql = self._statements.get(
             ("max", schema, keys, condition), lambda: _max_key_query(schema, keys, condition)
         )
         rows, _ = self._read(schema.table, "max-key query", sql, {})
@@ -311,7 +317,7 @@ class PostgresDialect:
         rows, snapshot = self._read(schema.table, "chunk query", sql, params)
         positions = [schema.column_names.index(k) for k in key_columns]
         last_key = tuple(rows[-1][i] for i in positions) if rows else None
-        return ChunkRead(_to_arrow(schema, rows), last_key, PgSnapshot.parse(snapshot))
+        return ChunkRead(rows_to_arrow(schema, rows), last_key, PgSnapshot.parse(snapshot))
 
     def explain_chunk(
         self,
@@ -339,18 +345,13 @@ class PostgresDialect:
         limit: int,
     ) -> tuple[str, dict[str, Any]]:
         keys = tuple(key_columns)
-        for name, key in (("after", after), ("upto", upto)):
-            if key is not None and len(key) != len(keys):
-                raise ValueError(f"{name} key {key!r} does not match key columns {keys}")
+        check_bounds(keys, after, upto)
         has_after = after is not None
-        sql = self._cached(
+        sql = self._statements.get(
             ("chunk", schema, keys, has_after, condition),
             lambda: _chunk_query(schema, keys, has_after, condition),
         )
-        params: dict[str, Any] = {f"u{i}": v for i, v in enumerate(upto)}
-        params.update({f"a{i}": v for i, v in enumerate(after or ())})
-        params["limit"] = limit
-        return sql, params
+        return sql, bound_params(after, upto, limit)
 
     def row_converter(
         self, schema: TableSchema
@@ -380,17 +381,6 @@ class PostgresDialect:
         with psycopg.connect(*args, **kwargs, context=pg_types.LoadContext()) as conn:
             conn.execute("SET TimeZone = 'UTC'")
             yield from read_table_rows(conn, schema.table, columns)
-
-    def _cached(self, key: tuple[Any, ...], build: Callable[[], sa.Select[Any]]) -> str:
-        """The statement compiled for psycopg, once per shape (chunks differ only in their
-        parameters, and the same text lets psycopg prepare it server-side)."""
-        sql = self._sql.get(key)
-        if sql is None:
-            if len(self._sql) >= _MAX_CACHED_QUERIES:
-                self._sql.clear()
-            sql = str(build().compile(dialect=self.engine.dialect))
-            self._sql[key] = sql
-        return sql
 
     def _read(
         self, table: TableId, what: str, sql: str, params: dict[str, Any]
@@ -445,12 +435,6 @@ class PostgresDialect:
 # --- SQL -----------------------------------------------------------------------------------
 
 
-def _sa_table(schema: TableSchema) -> sa.TableClause:
-    return sa.table(
-        schema.table.table, *(sa.column(c.name) for c in schema.columns), schema=schema.table.schema
-    )
-
-
 def _output(table: sa.TableClause, column: ColumnInfo) -> sa.ColumnElement[Any]:
     """The column as selected: as is when loaded by type, else its text (the type's output
     function, as pgoutput sends it), under the column's own name."""
@@ -458,15 +442,6 @@ def _output(table: sa.TableClause, column: ColumnInfo) -> sa.ColumnElement[Any]:
     if pg_types.loaded_natively(column.type_code):
         return raw
     return sa.cast(raw, sa.Text).label(column.name)
-
-
-def _key_columns(
-    schema: TableSchema, table: sa.TableClause, key_columns: tuple[str, ...]
-) -> list[sa.ColumnClause[Any]]:
-    missing = [k for k in key_columns if k not in schema.column_names]
-    if missing or not key_columns:
-        raise TableError(f"table {schema.table} has no key column(s) {missing or key_columns}")
-    return [table.c[k] for k in key_columns]
 
 
 def _bound(schema: TableSchema, key_columns: tuple[str, ...], prefix: str) -> list[Any]:
@@ -488,48 +463,30 @@ def _compare(columns: list[sa.ColumnClause[Any]], values: list[Any], op: str) ->
     return sa.tuple_(*columns).op(op)(sa.tuple_(*values))
 
 
-def _filter(condition: str) -> sa.TextClause:
-    """The signal's filter, parenthesised so an OR inside it cannot widen the key range.
-
-    Colons are escaped: in ``sa.text`` ``:name`` would be a bind parameter.
-    """
-    return sa.text("(" + condition.replace(":", "\\:") + ")")
-
-
 def _max_key_query(
     schema: TableSchema, key_columns: tuple[str, ...], condition: str | None
 ) -> sa.Select[Any]:
-    table = _sa_table(schema)
-    keys = _key_columns(schema, table, key_columns)
+    table = sa_table(schema)
+    keys = key_clauses(schema, table, key_columns)
     query = sa.select(*(_output(table, schema.column(k)) for k in key_columns)).select_from(table)
     if condition is not None:
-        query = query.where(_filter(condition))
+        query = query.where(signal_filter(condition))
     return query.order_by(*(k.desc() for k in keys)).limit(sa.literal_column("1"))
 
 
 def _chunk_query(
     schema: TableSchema, key_columns: tuple[str, ...], has_after: bool, condition: str | None
 ) -> sa.Select[Any]:
-    table = _sa_table(schema)
-    keys = _key_columns(schema, table, key_columns)
+    table = sa_table(schema)
+    keys = key_clauses(schema, table, key_columns)
     query = sa.select(*(_output(table, c) for c in schema.columns)).select_from(table)
     if has_after:
         query = query.where(_compare(keys, _bound(schema, key_columns, "a"), ">"))
     query = query.where(_compare(keys, _bound(schema, key_columns, "u"), "<="))
     if condition is not None:
-        query = query.where(_filter(condition))
+        query = query.where(signal_filter(condition))
     # ORDER BY the table's own columns (qualified), not the text labels of cast ones.
     return query.order_by(*keys).limit(sa.bindparam("limit", type_=_SqlType("bigint")))
-
-
-def _to_arrow(schema: TableSchema, rows: list[tuple[Any, ...]]) -> pa.Table:
-    """Rows to an Arrow table, column by column (``map(itemgetter)`` transposes about 2.5x
-    faster than ``zip(*rows)``)."""
-    arrays = [
-        pa.array(list(map(itemgetter(i), rows)), type=c.arrow_type)
-        for i, c in enumerate(schema.columns)
-    ]
-    return pa.Table.from_arrays(arrays, schema=schema.arrow_schema())
 
 
 # --- checks --------------------------------------------------------------------------------
