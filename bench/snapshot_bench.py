@@ -1,6 +1,7 @@
 """How fast the engine snapshots and streams, against a plain read measured in the same run.
 
     python bench/snapshot_bench.py [--rows N] [--chunk-size C] [--url URL] [--profile]
+                                   [--source postgres|mysql|both] [--mysql-url URL]
 
 One run loads N rows into a fresh schema, then measures, in this order:
 
@@ -24,6 +25,15 @@ gets its own slot, publication and state directory; the slots, the publications 
 schema are dropped at the end, also on error.
 With ``--profile`` it then runs one more snapshot into a counting sink under cProfile (not
 timed in the table) and prints the top entries per thread.
+
+``--source mysql`` (or ``both``) measures a MySQL / MariaDB source the same way, in its own
+database ``bench_<random>`` with the same table (``name varchar(40)``, ``created
+datetime(6)``): the plain read (pymysql, the dialect's Arrow types, as ``MySqlDialect`` builds
+a chunk) and the two snapshots (items 1 and 3), engine config ``kind = "mysql"`` with
+``server_id = 6101``. "init" for MySQL creates the signal table and saves a state whose
+``stream.resume`` is the binlog's current end, so the engine reads the binlog from before
+the signal. Its rows go into the same table, prefixed ``MySQL:``, their ratio taken to the
+MySQL plain read. The log stream, backlog and latency measurements are PostgreSQL only.
 """
 
 from __future__ import annotations
@@ -33,6 +43,7 @@ import contextlib
 import cProfile
 import io
 import itertools
+import logging
 import math
 import os
 import platform
@@ -52,25 +63,35 @@ from typing import Any
 
 import psycopg
 import pyarrow as pa
+import sqlalchemy as sa
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # run from a checkout without installing, like the tests
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling bench modules
+
+import mysql_read_bench as my  # noqa: E402
 
 from signals.names import TableId  # noqa: E402
+from signals.table import create_signal_table  # noqa: E402
 from snapshotter.chunk_worker import ChunkTask, PhaseHooks  # noqa: E402
 from snapshotter.cli import main as cli_main  # noqa: E402
 from snapshotter.config import Config, SourceConfig, load_config  # noqa: E402
 from snapshotter.core.events import ChangeEvent, Op  # noqa: E402
+from snapshotter.core.state import EngineState, StreamState  # noqa: E402
 from snapshotter.dialects import pg_setup, pg_types  # noqa: E402
-from snapshotter.runner import StopFlag, run_engine  # noqa: E402
+from snapshotter.dialects.mysql import MySqlDialect, mysql_url  # noqa: E402
+from snapshotter.runner import StopFlag, run_engine, state_path  # noqa: E402
 from snapshotter.sinks.base import Sink  # noqa: E402
 from snapshotter.sinks.counting import CountingSink  # noqa: E402
+from snapshotter.state_store import StateStore  # noqa: E402
 
 TABLE = "items"
 TICKER_TABLE = "ticker"
 SIGNAL_TABLE = "debezium_signal"
 DEFAULT_CHUNK_SIZE: int = SourceConfig.model_fields["chunk_size"].default
 ENGINE_TIMEOUT_S = 3600.0
+MYSQL_SERVER_ID = 6101
+MYSQL_PREFIX = "MySQL: "  # the MySQL rows' names in the table
 
 
 # --------------------------------------------------------------------------- results
@@ -90,13 +111,23 @@ class Result:
         return self.rows / self.seconds
 
 
-def render_table(results: list[Result], baseline: Result) -> str:
+def render_table(results: list[Result], baselines: Sequence[Result]) -> str:
+    """One row per result; the ratio divides by the plain read of the same source (a MySQL
+    row's by the MySQL plain read)."""
     lines = [
         "| what | rows | seconds | rows/s | ratio to plain read |",
         "|---|---:|---:|---:|---:|",
     ]
-    base = baseline.rate
     for r in results:
+        baseline = next(
+            (
+                b
+                for b in baselines
+                if b.what.startswith(MYSQL_PREFIX) == r.what.startswith(MYSQL_PREFIX)
+            ),
+            None,
+        )
+        base = baseline.rate if baseline is not None else None
         rate = r.rate
         if rate is None:
             lines.append(f"| {r.what} | – | – | – | skipped |")
@@ -433,6 +464,88 @@ def log_backlog(capture: Capture, table_rows: int, updates: int, batch: int) -> 
     return Result(what, updates, last - started, note)
 
 
+# --------------------------------------------------------------------------- MySQL
+
+
+@dataclass
+class MySqlCapture(Capture):
+    """One MySQL engine setup: its own state directory and config file; ``url`` names the
+    bench database on the MySQL server, ``schema`` is that database. ``Capture``'s config,
+    CLI and signal helpers as they are (so ``snapshot`` and ``profiled_snapshot`` run it
+    unchanged); no slot or publication."""
+
+    def __post_init__(self) -> None:
+        self.directory.mkdir(parents=True)
+        self.config_path = self.directory / "snapshotter.toml"
+        tables = ", ".join(f'"{self.schema}.{t}"' for t in self.tables)
+        self.config_path.write_text(
+            f"""
+[source]
+kind = "mysql"
+name = "bench"
+url = "{self.url}"
+tables = [{tables}]
+signal_table = "{self.schema}.{SIGNAL_TABLE}"
+chunk_size = {self.chunk_size}
+server_id = {MYSQL_SERVER_ID}
+
+[sink]
+kind = "jsonl"
+path = "events.jsonl"
+
+[state]
+dir = "state"
+""",
+            encoding="utf-8",
+        )
+
+    @property
+    def signal_table(self) -> TableId:
+        return TableId(self.schema, SIGNAL_TABLE)
+
+    def init(self) -> None:
+        """What ``snapshotter init`` would do for MySQL: the signal table, and a state that
+        starts the binlog reader at the binlog's current end (before the signal)."""
+        engine = sa.create_engine(mysql_url(self.url), connect_args={"charset": "utf8mb4"})
+        try:
+            with engine.begin() as conn:
+                create_signal_table(conn, self.signal_table)
+        finally:
+            engine.dispose()
+        dialect = MySqlDialect(self.url, signal_table=self.signal_table)
+        try:
+            start = dialect.binlog_start()
+        finally:
+            dialect.close()
+        StateStore(state_path(self.config)).save(EngineState(stream=StreamState(resume=start)))
+
+    def drop(self) -> None:
+        """Nothing on the server: the binlog needs no slot (the database is dropped last)."""
+
+
+def mysql_plain_read(url: str, database: str) -> Result:
+    """``SELECT *`` through pymysql (buffered), into Arrow with the dialect's types as
+    ``MySqlDialect`` builds a chunk: ``mysql_read_bench``'s baseline."""
+    dialect = MySqlDialect(url, signal_table=TableId(database, SIGNAL_TABLE))
+    try:
+        schema = dialect.describe(TableId(database, TABLE))
+    finally:
+        dialect.close()
+    read = my.pymysql_buffered(url, database, schema)
+    return Result(f"{MYSQL_PREFIX}plain read (pymysql → Arrow)", read.rows, read.seconds)
+
+
+def mysql_machine(url: str) -> list[str]:
+    """The machine line (the same as PostgreSQL's), the MySQL client libraries, the server."""
+    lines = my.machine(url)
+    return [
+        lines[0],
+        f"- PyMySQL {my.package_version('PyMySQL')}, mysql-replication "
+        f"{my.package_version('mysql-replication')}",
+        lines[-1].replace("- server", "- MySQL server", 1),
+    ]
+
+
 # --------------------------------------------------------------------------- stream latency
 
 
@@ -691,7 +804,7 @@ def shorten_paths(text: str) -> str:
     return text
 
 
-def profiled_snapshot(capture: Capture, rows: int, top: int) -> str:
+def profiled_snapshot(capture: Capture, rows: int, top: int, title: str = "") -> str:
     sink = CountingSink()
     capture.init()
     config = capture.config
@@ -703,7 +816,7 @@ def profiled_snapshot(capture: Capture, rows: int, top: int) -> str:
     if code != 0 or sink.counts[Op.READ] != rows:
         raise RuntimeError(f"profiled snapshot: exit {code}, counted {dict(sink.counts)}")
     out = [
-        f"### cProfile: snapshot → counting sink, {rows:,} rows, {seconds:.2f} s under the "
+        f"### {title}cProfile: snapshot → counting sink, {rows:,} rows, {seconds:.2f} s under the "
         f"profiler ({rows / seconds:,.0f} rows/s); top {top} by cumulative time per thread"
     ]
     for name, profiler in profiles.items():
@@ -733,6 +846,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help=f"engine chunk size (default: the config's default, {DEFAULT_CHUNK_SIZE})",
     )
     parser.add_argument("--url", help="PostgreSQL URL (default: $SNAPSHOTTER_PG_URL or services)")
+    parser.add_argument(
+        "--source",
+        choices=("postgres", "mysql", "both"),
+        default="postgres",
+        help="which source(s) to measure (postgres)",
+    )
+    parser.add_argument(
+        "--mysql-url", help="MySQL URL (default: $SNAPSHOTTER_MYSQL_URL or services)"
+    )
     parser.add_argument("--updates", type=int, default=50_000, help="log stream UPDATEs (50,000)")
     parser.add_argument("--batch", type=int, default=1000, help="UPDATEs per commit (1000)")
     parser.add_argument(
@@ -758,68 +880,127 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+@dataclass
+class Measured:
+    """What one source's part of a run measured."""
+
+    results: list[Result]
+    baseline: Result
+    machine: list[str]
+    latency: StreamLatency | None = None
+    profile_text: str = ""
+
+
+def measure_postgres(args: argparse.Namespace, chunk_size: int, tmp: Path) -> Measured:
     url = resolve_url(args.url)
-    chunk_size = args.chunk_size or DEFAULT_CHUNK_SIZE
     schema = f"bench_{uuid.uuid4().hex[:10]}"
     captures: list[Capture] = []
     results: list[Result] = []
     profile_text = ""
 
-    with tempfile.TemporaryDirectory(prefix="snapshotter-bench-") as tmp:
+    def new_capture(name: str, tables: tuple[str, ...] = (TABLE,)) -> Capture:
+        capture = Capture(url, schema, tmp / name, chunk_size, tables)
+        captures.append(capture)
+        return capture
 
-        def new_capture(name: str, tables: tuple[str, ...] = (TABLE,)) -> Capture:
-            capture = Capture(url, schema, Path(tmp) / name, chunk_size, tables)
-            captures.append(capture)
-            return capture
-
-        try:
-            print(f"loading {args.rows:,} rows into {schema}.{TABLE} ...", file=sys.stderr)
-            load_seconds = load_table(url, schema, args.rows)
-            print(f"loaded in {load_seconds:.1f} s; measuring ...", file=sys.stderr)
-            baseline = plain_read(url, schema)
-            results += [baseline, adbc_read(url, schema)]
-            for name, what, sink in (
-                ("counting", "snapshot → counting sink", CountingSink()),
-                ("jsonl", "snapshot → JSONL sink", None),
-            ):
-                print(f"{what} ...", file=sys.stderr)
-                capture = new_capture(name)
-                results.append(snapshot(capture, args.rows, sink, what))
-                capture.drop()
-            for name, measure in (("stream", log_stream), ("backlog", log_backlog)):
-                print(f"log {name} ...", file=sys.stderr)
-                capture = new_capture(name)
-                results.append(measure(capture, args.rows, args.updates, args.batch))
-                capture.drop()
-            print("stream latency during a snapshot ...", file=sys.stderr)
-            create_ticker(url, schema)
-            capture = new_capture("latency", (TABLE, TICKER_TABLE))
-            latency = stream_latency(capture, args.rows, args.tick_ms, args.idle_seconds)
+    try:
+        print(f"loading {args.rows:,} rows into {schema}.{TABLE} ...", file=sys.stderr)
+        load_seconds = load_table(url, schema, args.rows)
+        print(f"loaded in {load_seconds:.1f} s; measuring ...", file=sys.stderr)
+        baseline = plain_read(url, schema)
+        results += [baseline, adbc_read(url, schema)]
+        for name, what, sink in (
+            ("counting", "snapshot → counting sink", CountingSink()),
+            ("jsonl", "snapshot → JSONL sink", None),
+        ):
+            print(f"{what} ...", file=sys.stderr)
+            capture = new_capture(name)
+            results.append(snapshot(capture, args.rows, sink, what))
             capture.drop()
-            if args.profile:
-                print("profiled snapshot ...", file=sys.stderr)
-                capture = new_capture("profile")
-                profile_text = profiled_snapshot(capture, args.rows, args.profile_top)
-                capture.drop()
-        finally:
-            cleanup(url, schema, captures)
+        for name, measure in (("stream", log_stream), ("backlog", log_backlog)):
+            print(f"log {name} ...", file=sys.stderr)
+            capture = new_capture(name)
+            results.append(measure(capture, args.rows, args.updates, args.batch))
+            capture.drop()
+        print("stream latency during a snapshot ...", file=sys.stderr)
+        create_ticker(url, schema)
+        capture = new_capture("latency", (TABLE, TICKER_TABLE))
+        latency = stream_latency(capture, args.rows, args.tick_ms, args.idle_seconds)
+        capture.drop()
+        if args.profile:
+            print("profiled snapshot ...", file=sys.stderr)
+            capture = new_capture("profile")
+            profile_text = profiled_snapshot(capture, args.rows, args.profile_top)
+            capture.drop()
+    finally:
+        cleanup(url, schema, captures)
+    return Measured(results, baseline, machine(url), latency, profile_text)
 
+
+def measure_mysql(args: argparse.Namespace, chunk_size: int, tmp: Path) -> Measured:
+    """The plain read and the two snapshots against MySQL / MariaDB, in a database of
+    their own, dropped at the end."""
+    server = my.resolve_mysql_url(args.mysql_url)
+    database = f"bench_{uuid.uuid4().hex[:10]}"
+    url = my.with_database(server, database)
+    results: list[Result] = []
+    profile_text = ""
+    my.create_database(server, database)
+    try:
+        print(f"MySQL: loading {args.rows:,} rows into {database}.{TABLE} ...", file=sys.stderr)
+        load_seconds = my.load_items(server, database, args.rows)
+        print(f"MySQL: loaded in {load_seconds:.1f} s; measuring ...", file=sys.stderr)
+        baseline = mysql_plain_read(url, database)
+        results.append(baseline)
+        for name, what, sink in (
+            ("mysql-counting", "snapshot → counting sink", CountingSink()),
+            ("mysql-jsonl", "snapshot → JSONL sink", None),
+        ):
+            what = MYSQL_PREFIX + what
+            print(f"{what} ...", file=sys.stderr)
+            capture = MySqlCapture(url, database, tmp / name, chunk_size)
+            results.append(snapshot(capture, args.rows, sink, what))
+        if args.profile:
+            print("MySQL: profiled snapshot ...", file=sys.stderr)
+            capture = MySqlCapture(url, database, tmp / "mysql-profile", chunk_size)
+            profile_text = profiled_snapshot(capture, args.rows, args.profile_top, MYSQL_PREFIX)
+    finally:
+        my.drop_database(server, database)
+    return Measured(results, baseline, mysql_machine(server), None, profile_text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    # mysql-replication warns on every reconnect, closing the binlog stream included.
+    logging.getLogger("pymysqlreplication").setLevel(logging.ERROR)
+    chunk_size = args.chunk_size or DEFAULT_CHUNK_SIZE
+    parts: list[Measured] = []
+
+    with tempfile.TemporaryDirectory(prefix="snapshotter-bench-") as tmp:
+        if args.source in ("postgres", "both"):
+            parts.append(measure_postgres(args, chunk_size, Path(tmp)))
+        if args.source in ("mysql", "both"):
+            parts.append(measure_mysql(args, chunk_size, Path(tmp)))
+
+    results = [r for part in parts for r in part.results]
     print(f"## snapshotter bench: {args.rows:,} rows, chunk size {chunk_size}\n")
-    print("\n".join(machine(url)))
+    lines = [line for part in parts for line in part.machine]
+    print("\n".join(dict.fromkeys(lines)))  # the machine and Python lines once
     print()
-    print(render_table(results, baseline))
+    print(render_table(results, [part.baseline for part in parts]))
     notes = [f"- {r.what}: {r.note}" for r in results if r.note]
     if notes:
         print()
         print("\n".join(notes))
-    print()
-    print(f"### log stream while the engine snapshots {args.rows:,} rows\n")
-    print(render_latency(latency))
-    if profile_text:
-        print()
-        print(profile_text)
+    for part in parts:
+        if part.latency is not None:
+            print()
+            print(f"### log stream while the engine snapshots {args.rows:,} rows\n")
+            print(render_latency(part.latency))
+    for part in parts:
+        if part.profile_text:
+            print()
+            print(part.profile_text)
     return 0
 
 

@@ -56,6 +56,21 @@ _TABLE_DDL = re.compile(
 )
 
 
+# Comments a client put before its statement: the binlog keeps the text as sent.
+_LEADING_COMMENTS = re.compile(r"^(?:\s+|/\*.*?\*/|--[^\n]*(?:\n|$)|#[^\n]*(?:\n|$))*", re.S)
+
+
+def statement_text(query: str) -> str:
+    """The statement without the comments and spaces before it."""
+    return query[_LEADING_COMMENTS.match(query).end() :]  # type: ignore[union-attr]
+
+
+def is_transaction_marker(query: str) -> bool:
+    """BEGIN / COMMIT / ROLLBACK / SAVEPOINT / XA: statements that change no table."""
+    head = statement_text(query)[:10].upper()
+    return head.startswith(("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "XA ", "RELEASE"))
+
+
 class BinlogError(RuntimeError):
     """The binlog holds something the decoder cannot turn into events."""
 
@@ -180,7 +195,8 @@ class BinlogDecoder:
 
     def _query(self, event: Any) -> list[LogItem]:
         query = event.query if isinstance(event.query, str) else bytes(event.query).decode()
-        head = query.lstrip()[:16].upper()
+        query = statement_text(query)
+        head = query[:16].upper()
         if head.startswith("BEGIN"):
             self._in_txn = True
             return []
@@ -203,7 +219,7 @@ class BinlogDecoder:
                     # Its next table map may differ: announce the shape again then.
                     self._shapes.pop(table, None)
                     items.append(Notice(table, f"DDL on {table}: {' '.join(query.split())[:200]}"))
-        if query.lstrip()[:6].upper() in ("CREATE", "RENAME"):
+        if query[:6].upper() in ("CREATE", "RENAME"):
             self._captured.clear()  # a new table may match source.tables now
         items.extend(self._commit(event, sub=1 if items else 0))
         return items
