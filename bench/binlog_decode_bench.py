@@ -17,11 +17,11 @@ so the writer's speed does not bound any of them:
   ``enable_logging=False``, rows of uncaptured tables never decoded, ``freeze_schema=True``,
   and ``only_tables`` (the library then skips the table maps and rows events of other tables
   before parsing them);
-- ours: ``BinlogLogReader`` + ``BinlogDecoder`` (the engine's log path: a reader thread, a
-  queue, positioned ``ChangeEvent`` items) into a counting loop;
-- ours + proposed: the same with ``FrozenMapReader``, whose ``_stream_from`` sets
-  ``freeze_schema=True`` and forgets the stream's table maps at every DDL statement (the
-  change this bench measures before it goes into ``snapshotter/logs/binlog_reader.py``);
+- ours (before): ``BinlogLogReader`` + ``BinlogDecoder`` (the engine's log path: a reader
+  thread, a queue, positioned ``ChangeEvent`` items) into a counting loop, with
+  ``binlog_reader.FREEZE_TABLE_MAPS`` off (table maps parsed before every transaction);
+- ours + proposed (the reader as shipped): the same with table maps parsed once per table id
+  and forgotten at any statement that may change a table;
 - the decoder fed in the calling thread (no reader thread, no queue), with the reader's
   settings, and again with ``freeze_schema=True``;
 - the decoder in a child process (``multiprocessing``), its item batches pickled to the
@@ -72,7 +72,6 @@ from mysql_read_bench import (  # noqa: E402
     resolve_mysql_url,
 )
 from pymysqlreplication import BinLogStreamReader  # noqa: E402
-from pymysqlreplication.event import QueryEvent  # noqa: E402
 from pymysqlreplication.row_event import (  # noqa: E402
     DeleteRowsEvent,
     UpdateRowsEvent,
@@ -83,7 +82,7 @@ from signals.names import TableId  # noqa: E402
 from snapshotter.dialects.mysql import binlog_offset  # noqa: E402
 from snapshotter.logs import binlog_reader  # noqa: E402
 from snapshotter.logs.base import Change, Commit, Progress  # noqa: E402
-from snapshotter.logs.binlog_decoder import _DDL, BinlogDecoder  # noqa: E402
+from snapshotter.logs.binlog_decoder import BinlogDecoder  # noqa: E402
 from snapshotter.logs.binlog_reader import BinlogLogReader  # noqa: E402
 
 CAPTURED = "captured"
@@ -281,10 +280,12 @@ def decoder_inline(backlog: Backlog, url: str, what: str, freeze_schema: bool) -
 
 def ours(backlog: Backlog, url: str, proposed: bool = False) -> Run:
     """BinlogLogReader + BinlogDecoder, read() into a counting loop until a Commit or
-    Progress item reaches the recorded end (``proposed``: FrozenMapReader instead)."""
+    Progress item reaches the recorded end. ``proposed`` (now the reader's default): table
+    maps parsed once per table id; without it, the reader as it was before (parsed again
+    before every transaction)."""
+    binlog_reader.FREEZE_TABLE_MAPS = proposed
     started = time.perf_counter()
-    reader_class = FrozenMapReader if proposed else BinlogLogReader
-    reader = reader_class(
+    reader = BinlogLogReader(
         connect_args(url),
         server_id=SERVER_ID,
         decoder=decoder_for(backlog),
@@ -309,6 +310,7 @@ def ours(backlog: Backlog, url: str, proposed: bool = False) -> Run:
         seconds = time.perf_counter() - started
     finally:
         reader.close()
+        binlog_reader.FREEZE_TABLE_MAPS = True
     what = "ours: BinlogLogReader + BinlogDecoder (reader thread, queue) → counting loop"
     if proposed:
         what = "ours + proposed: freeze_schema=True, table maps forgotten at DDL"
@@ -319,65 +321,6 @@ def ours(backlog: Backlog, url: str, proposed: bool = False) -> Run:
         seconds,
         "events = log items handed over by read()",
     )
-
-
-class FrozenMapReader(BinlogLogReader):
-    """The change proposed for ``BinlogLogReader._stream_from``, measured here without
-    touching it: ``freeze_schema=True`` (a table map of a table id already known is not
-    parsed again), and the stream's table maps forgotten at every DDL statement, so a table
-    altered under the same table id is read with its new columns. Otherwise a copy of
-    ``_stream_from`` as it is."""
-
-    def _stream_from(self, start: dict[str, Any]) -> None:
-        stream = BinLogStreamReader(
-            connection_settings=dict(self._settings),
-            server_id=self._server_id,
-            blocking=True,
-            resume_stream=True,
-            log_file=start["file"],
-            log_pos=start["pos"],
-            only_events=READER_EVENTS,
-            slave_heartbeat=binlog_reader._HEARTBEAT_SECONDS,
-            enable_logging=False,
-            freeze_schema=True,
-        )
-        self._stream = stream
-        decoder = self._decoder
-        decoder.start(start["file"])
-        batch: list[Any] = []
-        last = self._last
-        while not self._stopping.is_set():
-            event = stream.fetchone()
-            if event is None:
-                raise pymysql.err.OperationalError(2013, "the server ended the binlog dump")
-            if isinstance(event, QueryEvent) and is_ddl(event):
-                stream.table_map.clear()  # the change: re-read table maps after DDL
-            items = decoder.feed(event)
-            if items:
-                if last is not None:
-                    items = [
-                        i
-                        for i in items
-                        if binlog_reader._position(i) is None or binlog_reader._position(i) > last
-                    ]
-                batch.extend(items)
-            if batch and (not decoder.in_transaction or len(batch) >= binlog_reader._BATCH):
-                boundary = binlog_reader._boundary_of(batch)
-                for item in reversed(batch):
-                    pos = binlog_reader._position(item)
-                    if pos is not None:
-                        last = pos
-                        break
-                self._put(batch)
-                self._last = last
-                if boundary is not None:
-                    self._boundary = boundary
-                batch = []
-
-
-def is_ddl(event: Any) -> bool:
-    query = event.query if isinstance(event.query, str) else bytes(event.query).decode()
-    return _DDL.match(query) is not None
 
 
 def _child(backlog: Backlog, url: str, out: Any) -> None:

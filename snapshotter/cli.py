@@ -348,25 +348,16 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def _lag_bytes(config: Config, resume: dict[str, Any]) -> int | None:
     """How far the log end is ahead of the saved restart point, in bytes; None if the
-    source is unreachable or the distance is not known (MySQL: another binlog file)."""
+    source is unreachable or the distance is not known."""
     from snapshotter.runner import open_dialect
 
     dialect = open_dialect(config)
     try:
-        end = dialect.log_end()
+        return dialect.lag_bytes(resume)
     except (sa.exc.SQLAlchemyError, TableErrorBase):
         return None
     finally:
         dialect.close()
-    if config.source.kind == "mysql":
-        from snapshotter.dialects.mysql import binlog_offset
-
-        if not resume.get("file"):
-            return None
-        start = binlog_offset(str(resume["file"]), int(resume.get("pos", 0)))
-        return end - start if end >> 32 == start >> 32 else None
-    lsn = resume.get("lsn")
-    return max(0, end - (lsn if isinstance(lsn, int) else 0))
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ queries, the watermark insert, and capture setup. Log reading is behind ``LogRea
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -133,6 +133,11 @@ class Dialect(Protocol):
     def log_end(self) -> int:
         """The current end of the log (PostgreSQL: the WAL flush LSN) as a log offset,
         comparable with the readers' ``Progress.log_offset`` and commit resume points."""
+        ...
+
+    def lag_bytes(self, resume: Mapping[str, Any]) -> int | None:
+        """How many bytes of log follow the reader's restart point ``resume`` (for
+        ``status``); None when the distance is not known."""
         ...
 
     def ensure_captured(self, tables: Sequence[TableId]) -> list[TableId]:

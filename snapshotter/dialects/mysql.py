@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +40,9 @@ from snapshotter.dialects.sql_common import (
     StatementCache,
     bound_params,
     check_bounds,
+    columns_converter,
     key_clauses,
+    last_key,
     rows_to_arrow,
     sa_table,
     signal_filter,
@@ -298,9 +300,7 @@ class MySqlDialect:
     ) -> ChunkRead:
         sql, params = self._chunk_statement(schema, key_columns, after, upto, condition, limit)
         rows = self._read(schema.table, "chunk query", sql, params)
-        positions = [schema.column_names.index(k) for k in key_columns]
-        last_key = tuple(rows[-1][i] for i in positions) if rows else None
-        return ChunkRead(rows_to_arrow(schema, rows), last_key, None)
+        return ChunkRead(rows_to_arrow(schema, rows), last_key(schema, key_columns, rows), None)
 
     def explain_chunk(
         self,
@@ -347,21 +347,13 @@ class MySqlDialect:
     ) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
         """JSON columns (MySQL's JSON type) are buffered as text and carried as RawJson,
         as the binlog decoder makes of them; nothing else needs converting."""
-        converters = {
-            name: conv
-            for name, t in self.column_types(schema).items()
-            if (conv := my_types.chunk_converter(t.data_type)) is not None
-        }
-        if not converters:
-            return None
-
-        def convert(row: dict[str, Any]) -> dict[str, Any]:
-            out = dict(row)
-            for name, conv in converters.items():
-                out[name] = conv(out[name])
-            return out
-
-        return convert
+        return columns_converter(
+            {
+                name: conv
+                for name, t in self.column_types(schema).items()
+                if (conv := my_types.chunk_converter(t.data_type)) is not None
+            }
+        )
 
     def scan(self, schema: TableSchema) -> Iterator[dict[str, Any]]:
         """Every row of the table in the value model, read as chunks are (for ``verify``),
@@ -441,6 +433,15 @@ class MySqlDialect:
     def log_end(self) -> int:
         start = self.binlog_start()
         return binlog_offset(start["file"], start["pos"])
+
+    def lag_bytes(self, resume: Mapping[str, Any]) -> int | None:
+        """Binlog bytes after the restart point; None when it is in another file (file
+        sizes in between are not known) or there is none."""
+        if not resume.get("file"):
+            return None
+        start = binlog_offset(str(resume["file"]), int(resume.get("pos", 0)))
+        end = self.log_end()
+        return end - start if end >> 32 == start >> 32 else None
 
 
 # --- SQL -----------------------------------------------------------------------------------

@@ -15,10 +15,11 @@ compares in that type and range-scans the key's index.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time
 from decimal import Decimal
+from functools import partial
 from typing import Any
 from uuid import UUID
 
@@ -38,7 +39,9 @@ from snapshotter.dialects.sql_common import (
     StatementCache,
     bound_params,
     check_bounds,
+    columns_converter,
     key_clauses,
+    last_key,
     rows_to_arrow,
     sa_table,
     signal_filter,
@@ -315,9 +318,11 @@ class PostgresDialect:
     ) -> ChunkRead:
         sql, params = self._chunk_statement(schema, key_columns, after, upto, condition, limit)
         rows, snapshot = self._read(schema.table, "chunk query", sql, params)
-        positions = [schema.column_names.index(k) for k in key_columns]
-        last_key = tuple(rows[-1][i] for i in positions) if rows else None
-        return ChunkRead(rows_to_arrow(schema, rows), last_key, PgSnapshot.parse(snapshot))
+        return ChunkRead(
+            rows_to_arrow(schema, rows),
+            last_key(schema, key_columns, rows),
+            PgSnapshot.parse(snapshot),
+        )
 
     def explain_chunk(
         self,
@@ -358,17 +363,13 @@ class PostgresDialect:
     ) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
         """JSON columns are buffered as their text; events carry them as RawJson (what
         ``pg_types.finish_value`` makes of a log value too). Nothing else needs converting."""
-        json_columns = {c.name: c.type_code for c in schema.columns if c.type_code in _JSON}
-        if not json_columns:
-            return None
-
-        def convert(row: dict[str, Any]) -> dict[str, Any]:
-            out = dict(row)
-            for name, oid in json_columns.items():
-                out[name] = pg_types.finish_value(oid, out[name])
-            return out
-
-        return convert
+        return columns_converter(
+            {
+                c.name: partial(pg_types.finish_value, c.type_code)
+                for c in schema.columns
+                if c.type_code in _JSON
+            }
+        )
 
     def scan(self, schema: TableSchema) -> Iterator[dict[str, Any]]:
         """Every row of the table in the value model, read with the chunk reader's loaders
@@ -430,6 +431,11 @@ class PostgresDialect:
                 sa.text("SELECT pg_current_wal_flush_lsn() - CAST('0/0' AS pg_lsn)")
             ).scalar_one()
         return int(lsn)
+
+    def lag_bytes(self, resume: Mapping[str, Any]) -> int | None:
+        """WAL bytes after the restart point (the slot's confirmed LSN)."""
+        lsn = resume.get("lsn")
+        return max(0, self.log_end() - (lsn if isinstance(lsn, int) else 0))
 
 
 # --- SQL -----------------------------------------------------------------------------------

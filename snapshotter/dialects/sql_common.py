@@ -66,6 +66,32 @@ def rows_to_arrow(
     return pa.Table.from_arrays(arrays, schema=arrow or schema.arrow_schema())
 
 
+def last_key(
+    schema: TableSchema, key_columns: Sequence[str], rows: Sequence[tuple[Any, ...]]
+) -> Key | None:
+    """The key of the last row a chunk SELECT returned (None for no rows)."""
+    if not rows:
+        return None
+    last = rows[-1]
+    return tuple(last[schema.column_names.index(k)] for k in key_columns)
+
+
+def columns_converter(
+    converters: dict[str, Callable[[Any], Any]],
+) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
+    """A row converter applying ``converters`` by column; None when there are none."""
+    if not converters:
+        return None
+
+    def convert(row: dict[str, Any]) -> dict[str, Any]:
+        out = dict(row)
+        for name, conv in converters.items():
+            out[name] = conv(out[name])
+        return out
+
+    return convert
+
+
 class StatementCache:
     """Statements compiled once per shape (chunks differ only in their parameters)."""
 

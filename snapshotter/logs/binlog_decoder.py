@@ -299,98 +299,35 @@ class BinlogDecoder:
         if self._shapes.get(table.table) != table.shape:
             self._shapes[table.table] = table.shape
             items.append(table.shape)
-        end = event.packet.log_pos
-        ts_ms = event.timestamp * 1000
-        number = self._file_number
+        number, end = self._file_number, event.packet.log_pos
+
+        def change(
+            sub: int, row: int, op: Op, before: dict[str, Any] | None, after: dict[str, Any] | None
+        ) -> Change:
+            keyed = after if after is not None else before
+            assert keyed is not None
+            source = self._source(table.table, Position(number, end, sub), event, row)
+            key = table.key_of(keyed)
+            return Change(ChangeEvent(op, source, self._clock_ms(), key, before, after), 0)
+
         if isinstance(event, UpdateRowsEvent):
             for i, row in enumerate(event.rows):
                 before = self._values(table, row["before_values"], row["before_none_sources"])
                 after = self._values(table, row["after_values"], row["after_none_sources"])
-                old_key, new_key = table.key_of(before), table.key_of(after)
-                if old_key != new_key:
+                if table.key_of(before) != table.key_of(after):
                     # A primary-key change: Debezium's delete of the old key, then a create.
-                    items.append(
-                        self._change(
-                            table,
-                            number,
-                            end,
-                            2 * i,
-                            i,
-                            event,
-                            ts_ms,
-                            Op.DELETE,
-                            old_key,
-                            before,
-                            None,
-                        )
-                    )
-                    items.append(
-                        self._change(
-                            table,
-                            number,
-                            end,
-                            2 * i + 1,
-                            i,
-                            event,
-                            ts_ms,
-                            Op.CREATE,
-                            new_key,
-                            None,
-                            after,
-                        )
-                    )
+                    items.append(change(2 * i, i, Op.DELETE, before, None))
+                    items.append(change(2 * i + 1, i, Op.CREATE, None, after))
                 else:
-                    items.append(
-                        self._change(
-                            table,
-                            number,
-                            end,
-                            2 * i,
-                            i,
-                            event,
-                            ts_ms,
-                            Op.UPDATE,
-                            new_key,
-                            before,
-                            after,
-                        )
-                    )
-            return items
-        op = Op.CREATE if isinstance(event, WriteRowsEvent) else Op.DELETE
-        for i, row in enumerate(event.rows):
-            values = self._values(table, row["values"], row["none_sources"])
-            if op is Op.CREATE:
-                items.append(
-                    self._change(
-                        table,
-                        number,
-                        end,
-                        2 * i,
-                        i,
-                        event,
-                        ts_ms,
-                        op,
-                        table.key_of(values),
-                        None,
-                        values,
-                    )
-                )
-            else:
-                items.append(
-                    self._change(
-                        table,
-                        number,
-                        end,
-                        2 * i,
-                        i,
-                        event,
-                        ts_ms,
-                        op,
-                        table.key_of(values),
-                        values,
-                        None,
-                    )
-                )
+                    items.append(change(2 * i, i, Op.UPDATE, before, after))
+        elif isinstance(event, WriteRowsEvent):
+            for i, row in enumerate(event.rows):
+                values = self._values(table, row["values"], row["none_sources"])
+                items.append(change(2 * i, i, Op.CREATE, None, values))
+        else:
+            for i, row in enumerate(event.rows):
+                values = self._values(table, row["values"], row["none_sources"])
+                items.append(change(2 * i, i, Op.DELETE, values, None))
         return items
 
     @staticmethod
@@ -422,23 +359,6 @@ class BinlogDecoder:
                 "row": row,
             },
         )
-
-    def _change(
-        self,
-        table: _Table,
-        number: int,
-        end: int,
-        sub: int,
-        row: int,
-        event: Any,
-        ts_ms: int,
-        op: Op,
-        key: tuple[Any, ...],
-        before: dict[str, Any] | None,
-        after: dict[str, Any] | None,
-    ) -> Change:
-        source = self._source(table.table, Position(number, end, sub), event, row)
-        return Change(ChangeEvent(op, source, self._clock_ms(), key, before, after), 0)
 
 
 def _key_getter(names: tuple[str, ...]) -> Callable[[dict[str, Any]], tuple[Any, ...]]:

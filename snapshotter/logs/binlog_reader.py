@@ -56,6 +56,10 @@ _EVENTS = [
     HeartbeatLogEvent,
 ]
 _HEARTBEAT_SECONDS = 1.0
+# Parse a table's map once per table id, not before every transaction (2.1x the decode rate
+# on one-row transactions, bench/binlog_decode_bench.py, which turns it off for "before"). A
+# statement that may change a table drops the cached maps; a rotation does too.
+FREEZE_TABLE_MAPS = True
 _QUEUE_BATCHES = 64  # of at most _BATCH items: bounds memory when the engine is slower
 _BATCH = 500
 # Server errors that no reconnect can fix (ER_MASTER_FATAL_ERROR_READING_BINLOG: the file
@@ -215,16 +219,16 @@ class BinlogLogReader:
             only_events=_EVENTS,
             slave_heartbeat=_HEARTBEAT_SECONDS,
             enable_logging=False,
-            # Parse a table's map once per table id, not before every transaction (2.1x the
-            # decode rate on one-row transactions, bench/binlog_decode_bench.py). A statement
-            # that may change a table drops the cached maps (below); a rotation does too.
-            freeze_schema=True,
+            freeze_schema=FREEZE_TABLE_MAPS,
         )
         self._stream = stream
         decoder = self._decoder
         decoder.start(start["file"])
         batch: list[LogItem] = []
         last = self._last
+        # After a reconnect the stream reads again what an earlier stream queued (up to
+        # ``replayed_upto``); skip it, then stop checking.
+        replayed_upto = self._last
         while not self._stopping.is_set():
             event = stream.fetchone()
             if event is None:  # the server ended the dump (not in blocking mode)
@@ -232,11 +236,9 @@ class BinlogLogReader:
             if isinstance(event, QueryEvent) and not is_transaction_marker(_text(event.query)):
                 stream.table_map.clear()
             items = decoder.feed(event)
-            if items:
-                if last is not None:
-                    # After a reconnect: what was queued before comes again; skip it.
-                    items = [i for i in items if _position(i) is None or _position(i) > last]
-                batch.extend(items)
+            if items and replayed_upto is not None:
+                items, replayed_upto = _after(items, replayed_upto)
+            batch.extend(items)
             if batch and (not decoder.in_transaction or len(batch) >= _BATCH):
                 boundary = _boundary_of(batch)
                 for item in reversed(batch):
@@ -259,6 +261,17 @@ class BinlogLogReader:
 
 def _text(query: str | bytes) -> str:
     return query if isinstance(query, str) else bytes(query).decode("utf-8", "replace")
+
+
+def _after(items: list[LogItem], upto: Position) -> tuple[list[LogItem], Position | None]:
+    """The items positioned after ``upto``, and the unpositioned ones; with ``upto`` again,
+    or None once an item past it shows that the rest of the stream is new (positions only
+    grow)."""
+    for index, item in enumerate(items):
+        pos = _position(item)
+        if pos is not None and pos > upto:
+            return [i for i in items[:index] if _position(i) is None] + items[index:], None
+    return [i for i in items if _position(i) is None], upto
 
 
 def _position(item: LogItem) -> Position | None:

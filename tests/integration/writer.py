@@ -318,20 +318,9 @@ class _MySqlConnection:
     """Just what the writer uses of a psycopg connection, on pymysql."""
 
     def __init__(self, url: str) -> None:
-        import sqlalchemy as sa
+        from tests.integration.engine_harness import mysql_connect
 
-        parsed = sa.make_url(url)
-        self._conn = pymysql.connect(
-            host=parsed.host or "127.0.0.1",
-            port=parsed.port or 3306,
-            user=parsed.username or "",
-            password=parsed.password or "",
-            database=parsed.database,
-            charset="utf8mb4",
-            autocommit=True,
-        )
-        with self._conn.cursor() as cur:
-            cur.execute("SET time_zone = '+00:00'")  # TIMESTAMP values are given in UTC
+        self._conn = mysql_connect(url)  # UTC session: TIMESTAMP values are given in UTC
 
     def close(self) -> None:
         self._conn.close()
