@@ -292,7 +292,7 @@ dir = "state"
 
     @property
     def sink_path(self) -> Path:
-        return self.config.sink.path
+        return self.config.sink.local_path
 
     def cli(self, *args: str) -> None:
         """``snapshotter <args>``; its chatter is kept, and shown only if it fails."""

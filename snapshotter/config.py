@@ -29,6 +29,7 @@ ENV_PREFIX = "SNAPSHOTTER_"
 # The schema an unqualified name lives in, per source kind (MySQL: the URL's database).
 DEFAULT_SCHEMA = {"postgres": "public"}
 SOURCE_KINDS = ("postgres", "mysql")
+DEFAULT_JSONL = "snapshotter-events.jsonl"
 
 
 class ConfigError(ValueError):
@@ -100,9 +101,48 @@ class SourceConfig(_Section):
         return database or "snapshotter"
 
 
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
+
+
+def is_uri(path: str) -> bool:
+    """Whether ``path`` names a location by URI (``s3a://``, ``hdfs://``, ``file://``...)."""
+    return bool(_URI.match(path))
+
+
 class SinkConfig(_Section):
-    kind: Literal["jsonl"] = "jsonl"
-    path: Path = Path("snapshotter-events.jsonl")
+    # "jsonl": one JSON line per event in a local file. "spark": staged Parquet landed by
+    # Spark into a changelog and a current-state table per source table.
+    kind: Literal["jsonl", "spark"] = "jsonl"
+    # jsonl: the file. spark: the landing root, a local path or any Hadoop-compatible URI.
+    # Unset: "snapshotter-events.jsonl" (jsonl) or "lake" (spark).
+    path: str = ""
+    # spark: "parquet" (plain Parquet files, merge-on-read current state) or "delta".
+    format: Literal["parquet", "delta"] = "parquet"
+    # spark: where batches are staged (local disk: staged files are fsynced before the state
+    # records them). Unset: <state dir>/staging.
+    staging: Path | None = None
+    # spark: the bound on staged, not yet landed data. Past it, the engine waits for Spark
+    # (backpressure) instead of staging more.
+    max_staged_mb: int = Field(default=512, ge=1)
+    # spark, parquet format: compact a table's current state when the events landed since
+    # its last compaction reach this fraction of its rows (and at least compact_min_rows).
+    compact_ratio: float = Field(default=0.5, gt=0)
+    compact_min_rows: int = Field(default=100_000, ge=0)
+
+    @property
+    def local_path(self) -> Path:
+        """The path as a local file (the jsonl sink); a URI is refused."""
+        if is_uri(self.path):
+            raise ConfigError(f"sink.path {self.path!r}: the {self.kind} sink writes local files")
+        return Path(self.path)
+
+
+class SparkConfig(_Section):
+    # local[*] (default), a cluster URL (spark://, yarn, k8s://), or Spark Connect (sc://).
+    master: str = "local[*]"
+    app_name: str = "snapshotter"
+    # Extra Spark configuration, e.g. {"spark.driver.memory" = "4g"}.
+    conf: dict[str, str] = Field(default_factory=dict)
 
 
 class StateConfig(_Section):
@@ -113,6 +153,11 @@ class Config(_Section):
     source: SourceConfig
     sink: SinkConfig = Field(default_factory=SinkConfig)
     state: StateConfig = Field(default_factory=StateConfig)
+    spark: SparkConfig = Field(default_factory=SparkConfig)
+
+    @property
+    def staging_dir(self) -> Path:
+        return self.sink.staging or self.state.dir / "staging"
 
 
 def _expand(value: Any, where: str, environ: Mapping[str, str]) -> Any:
@@ -143,7 +188,12 @@ def _apply_env(raw: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any
     """Overlay ``SNAPSHOTTER_<SECTION>_<KEY>`` variables on the file's values."""
     sections = {
         name: {f.upper(): f for f in model.model_fields}
-        for name, model in (("source", SourceConfig), ("sink", SinkConfig), ("state", StateConfig))
+        for name, model in (
+            ("source", SourceConfig),
+            ("sink", SinkConfig),
+            ("state", StateConfig),
+            ("spark", SparkConfig),
+        )
     }
     out = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
     for var, text in environ.items():
@@ -160,7 +210,13 @@ def _apply_env(raw: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any
 
 
 def _resolve_paths(config: Config, base: Path) -> Config:
-    sink = config.sink.model_copy(update={"path": base / config.sink.path})
+    path = config.sink.path or ("lake" if config.sink.kind == "spark" else DEFAULT_JSONL)
+    if not is_uri(path):
+        path = str(base / path)
+    update: dict[str, Any] = {"path": path}
+    if config.sink.staging is not None:
+        update["staging"] = base / config.sink.staging
+    sink = config.sink.model_copy(update=update)
     state = config.state.model_copy(update={"dir": base / config.state.dir})
     return config.model_copy(update={"sink": sink, "state": state})
 

@@ -22,7 +22,7 @@ def check_table(config: Config, table: TableId) -> Verdict:
         schema = dialect.describe(table)
         key = list(schema.primary_key) or [c.name for c in schema.columns]
         topic = f"{source.topic_prefix}.{table.schema}.{table.table}"
-        output = materialize(config.sink.path, topic)
+        output = materialize(config.sink.local_path, topic)
         return compare(output, dialect.scan(schema), key)
     finally:
         dialect.close()

@@ -71,13 +71,24 @@ def build_engine(
         config=config,
         dialect=dialect,
         open_reader=open_reader,
-        sink=sink or JsonlSink(config.sink.path, source.topic_prefix, key_columns=key_names),
+        sink=sink or open_sink(config, dialect, key_names),
         store=store,
         hooks=hooks,
         on_progress=on_progress,
     )
     holder.append(engine)
     return engine, store
+
+
+def open_sink(
+    config: Config, dialect: Dialect, key_names: Callable[[TableId], Sequence[str]]
+) -> Sink:
+    """The configured sink (``[sink] kind``)."""
+    if config.sink.kind == "spark":
+        from snapshotter.sinks.spark import SparkSink
+
+        return SparkSink.from_config(config, describe=dialect.describe, key_columns=key_names)
+    return JsonlSink(config.sink.local_path, config.source.topic_prefix, key_columns=key_names)
 
 
 def open_dialect(config: Config) -> Dialect:

@@ -711,10 +711,11 @@ def no_partial_lines(path: Path) -> None:
 # --- 1. convergence under a concurrent random writer ------------------------------------------
 
 
-@pytest.mark.parametrize("scenario", ["items", "composite", "typed", "wide", "parted"])
-def test_converges_under_a_concurrent_random_writer(source: Source, scenario: str) -> None:
-    timer = Timer()
-    cap = source.capture(chunk_size=CHUNK)
+def snapshot_under_writer(
+    source: Source, cap: Capture, scenario: str, timer: Timer, timeout: float = 180
+) -> tuple[Table, RandomWriter, Pacer]:
+    """Create the scenario's table, snapshot it while the random writer changes it, then
+    catch up with the log: everything the writer committed has reached the sink."""
     table = source.create(cap, scenario, ROWS)
     cap.init()
     timer.mark("setup")
@@ -729,13 +730,21 @@ def test_converges_under_a_concurrent_random_writer(source: Source, scenario: st
         wait_for(
             lambda: state_of(cap, table.name) not in (None, "pending", "running"),
             "the snapshot to finish",
-            timeout=180,
+            timeout=timeout,
             engine=engine,
         )
     timer.mark("snapshot")
-    assert engine.stop() == 0
-    assert catch_up(cap) == 0  # read the log to its end: everything the writer committed
+    assert engine.stop(timeout=timeout) == 0
+    assert cap.run(timeout=timeout) == 0  # read the log to its end
     timer.mark("catch-up")
+    return table, writer, pacer
+
+
+@pytest.mark.parametrize("scenario", ["items", "composite", "typed", "wide", "parted"])
+def test_converges_under_a_concurrent_random_writer(source: Source, scenario: str) -> None:
+    timer = Timer()
+    cap = source.capture(chunk_size=CHUNK)
+    table, writer, pacer = snapshot_under_writer(source, cap, scenario, timer)
     verdict = assert_converged(cap, table.name)
     timer.mark("verify")
     done = progress(cap, table.name)
@@ -761,6 +770,35 @@ def test_converges_under_a_concurrent_random_writer(source: Source, scenario: st
         assert source.logged(cap, "parted")
         # Changes are named by the root: no event lands under a partition's topic.
         assert not any(events(cap, f"parted_{i}") for i in range(4))
+
+
+@pytest.mark.parametrize("scenario", ["items", "composite", "typed", "wide"])
+def test_the_spark_sink_converges_under_a_concurrent_random_writer(
+    source: Source, scenario: str
+) -> None:
+    """The same run landed by Spark: the landed current state equals the table (read back
+    with Spark, and checked by ``verify``), and the changelog holds every kind of event."""
+    timer = Timer()
+    cap = source.capture(chunk_size=CHUNK, sink="spark")
+    table, _, pacer = snapshot_under_writer(source, cap, scenario, timer, timeout=240)
+    landed = cap.landed_rows(table.name)
+    expected = cap.source_rows(table.name)
+    timer.mark("read back")
+    assert landed.keys() == expected.keys(), (
+        f"{len(expected.keys() - landed.keys())} missing, "
+        f"{len(landed.keys() - expected.keys())} extra"
+    )
+    differing = [k for k, row in expected.items() if landed[k] != row]
+    assert not differing, (differing[:3], [(expected[k], landed[k]) for k in differing[:1]])
+    changelog = cap.lander().changelog(cap.table_id(table.name))
+    counts = {r["__op"]: r["count"] for r in changelog.groupBy("__op").count().collect()}
+    print(
+        f"\n{source.name}/{scenario} (spark): {timer}; {len(expected)} rows; writer "
+        f"{pacer.during} changes during the snapshot; changelog {counts}"
+    )
+    assert state_of(cap, table.name) == "done"
+    assert pacer.during >= CHANGES
+    assert all(counts.get(k, 0) > 0 for k in "rcud"), counts
 
 
 # --- 2. hot keys ------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ def test_defaults() -> None:
     )
     assert source.signal_table_id == TableId("public", "debezium_signal")
     assert config.sink.kind == "jsonl"
-    assert config.sink.path == Path("/etc/snap/snapshotter-events.jsonl")
+    assert config.sink.local_path == Path("/etc/snap/snapshotter-events.jsonl")
     assert config.state.dir == Path("/etc/snap/snapshotter-state")
 
 
@@ -36,7 +36,7 @@ def test_paths_are_relative_to_the_config_file(tmp_path: Path) -> None:
     path.parent.mkdir()
     path.write_text(MINIMAL + '[sink]\npath = "out/e.jsonl"\n[state]\ndir = "/abs/state"\n')
     config = load_config(path)
-    assert config.sink.path == tmp_path / "conf" / "out" / "e.jsonl"
+    assert config.sink.local_path == tmp_path / "conf" / "out" / "e.jsonl"
     assert config.state.dir == Path("/abs/state")
 
 
@@ -55,7 +55,7 @@ def test_environment_references_and_overrides() -> None:
     assert config.source.chunk_size == 250
     assert config.source.tables == ["public.a", "sales.*"]
     assert config.source.topic_prefix == "prod"
-    assert config.sink.path == Path("/tmp/x.jsonl")
+    assert config.sink.local_path == Path("/tmp/x.jsonl")
 
 
 def test_an_override_can_supply_a_missing_required_key() -> None:

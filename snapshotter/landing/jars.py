@@ -1,0 +1,113 @@
+"""The jars Spark needs beyond pyspark's own: Delta Lake's and the JDBC drivers.
+
+``scripts/spark-jars`` (run by ``scripts/install``) downloads them ahead of time, never at
+first use, under ``$SNAPSHOTTER_JARS`` (default ``~/.cache/snapshotter/jars``)::
+
+    delta-<delta-spark version>-spark<Spark major.minor>/   Delta's jars and jars.txt
+    jdbc/                                                  the JDBC drivers and jars.txt
+
+``jars.txt`` names a directory's jars, one per line (``#`` lines are comments), and is written
+last, so a directory without it is incomplete. This module only reads: it never downloads.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import metadata
+from pathlib import Path
+from typing import Literal
+
+MARKER = "jars.txt"
+JdbcKind = Literal["postgres", "mysql"]
+# The driver jar's file name starts with this (the artifactId, then "-<version>.jar").
+_JDBC_PREFIX: dict[str, str] = {
+    "postgres": "postgresql-",
+    "mysql": "mariadb-java-client-",  # MariaDB's driver speaks to MySQL too
+}
+# The class for Spark's JDBC option "driver". Without it Spark asks java.sql.DriverManager, which
+# does not see drivers added through spark.jars: "No suitable driver".
+JDBC_DRIVER_CLASS: dict[str, str] = {
+    "postgres": "org.postgresql.Driver",
+    "mysql": "org.mariadb.jdbc.Driver",
+}
+
+
+class MissingJarsError(RuntimeError):
+    """Jars that scripts/spark-jars provisions are not there."""
+
+
+def jars_dir() -> Path:
+    """Where scripts/spark-jars puts the jars: ``$SNAPSHOTTER_JARS`` or the user's cache."""
+    configured = os.environ.get("SNAPSHOTTER_JARS")
+    if configured:
+        return Path(configured).expanduser()
+    return Path.home() / ".cache" / "snapshotter" / "jars"
+
+
+def _installed(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        raise MissingJarsError(
+            f"the Python package {package} is not installed: run scripts/install"
+        ) from None
+
+
+def delta_dir() -> Path:
+    """The directory of Delta's jars for the installed delta-spark and pyspark."""
+    spark = ".".join(_installed("pyspark").split(".")[:2])
+    return jars_dir() / f"delta-{_installed('delta-spark')}-spark{spark}"
+
+
+def _missing(what: str, why: str) -> MissingJarsError:
+    return MissingJarsError(
+        f"{what}: {why}. Run scripts/spark-jars (scripts/install does) to download them, or set "
+        "SNAPSHOTTER_JARS to a directory that holds them (layout: see scripts/spark-jars)"
+    )
+
+
+def _listed(directory: Path, what: str) -> list[Path]:
+    """The jars ``directory/jars.txt`` names, each checked to be there."""
+    marker = directory / MARKER
+    try:
+        text = marker.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise _missing(what, f"{marker} does not exist") from None
+    except OSError as exc:
+        raise _missing(what, f"cannot read {marker}: {exc.strerror}") from None
+    names = [s for s in (line.strip() for line in text.splitlines()) if s and not s.startswith("#")]
+    if not names:
+        raise _missing(what, f"{marker} names no jars")
+    jars = [directory / name for name in names]
+    absent = [jar.name for jar in jars if not jar.is_file()]
+    if absent:
+        raise _missing(what, f"{', '.join(absent)} listed in {marker} but not there")
+    return jars
+
+
+def delta_jars() -> list[Path]:
+    """Delta Lake's jars (for ``spark.jars``) for the installed delta-spark and pyspark."""
+    directory = delta_dir()
+    return _listed(directory, f"Delta Lake's jars for {directory.name}")
+
+
+def jdbc_jar(kind: JdbcKind) -> Path:
+    """The JDBC driver jar for ``kind``: PostgreSQL's, or MariaDB's for MySQL and MariaDB.
+
+    With MariaDB's driver give Spark a ``jdbc:mysql://host:port/db?permitMysqlScheme`` URL:
+    Spark picks its MySQL dialect by the ``jdbc:mysql:`` prefix, and for ``jdbc:mariadb:`` it
+    quotes column names in double quotes, which MySQL and MariaDB read as strings.
+    """
+    try:
+        prefix = _JDBC_PREFIX[kind]
+    except KeyError:
+        raise ValueError(f"no JDBC driver for {kind!r}: one of {', '.join(_JDBC_PREFIX)}") from None
+    what = f"the {kind} JDBC driver"
+    found = [
+        jar
+        for jar in _listed(jars_dir() / "jdbc", what)
+        if jar.name.startswith(prefix) and jar.name.endswith(".jar")
+    ]
+    if not found:
+        raise _missing(what, f"no {prefix}*.jar in {jars_dir() / 'jdbc' / MARKER}")
+    return found[0]

@@ -1,0 +1,477 @@
+"""Landing staged batches with Spark: per source table, a changelog and a current state.
+
+Layout under the landing root (a local path or any Hadoop-compatible URI)::
+
+    <root>/<schema>.<table>/
+        _snapshotter.json      what was landed: key, format, base version, tail size
+        changelog/             every event, with __op, __pos, __ts_ms, __snapshot, __batch
+        current/               the current state: per key the event with the highest __pos,
+                               deletes removed
+
+Both are Parquet directories (``format = "parquet"``) or Delta tables (``"delta"``).
+
+Landing costs in proportion to the batch, not the table:
+
+* The changelog is appended per batch. Each landing overwrites exactly the batches it lands
+  (Parquet: the ``__batch=N`` partitions, dynamic partition overwrite; Delta:
+  ``replaceWhere __batch BETWEEN lo AND hi``), so landing a batch twice changes nothing.
+* Delta: the current state is a Delta table updated by one MERGE per landing, guarded by
+  position (a row is replaced only by a higher ``__pos``), so a second landing matches
+  nothing. Delta MERGE scans the key columns of the table to find matches; it rewrites only
+  the files holding matched keys.
+* Parquet has no MERGE, and rewriting the current state per batch would cost the whole table
+  each time (quadratic in all). So the current state is kept as a *base* (a compacted copy,
+  ``current/v=<batch>``) plus the changelog *tail* after it, and read merged
+  (``current_state``): per key the row with the highest position. When the tail reaches
+  ``compact_ratio`` of the base (and ``compact_min_rows``), the tail is folded into a new base
+  and the old one is deleted: each row is rewritten a bounded number of times on average, so
+  the total cost stays linear. A plain Parquet reader of ``current/`` sees the state as of the
+  last compaction; ``current_state`` (and ``snapshotter verify``) see the exact state.
+
+Unchanged TOAST values (``__unavailable``) take the value of the key's previous event, from
+the same landing or from the state before it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from signals.names import TableId
+from snapshotter.landing.staging import StagedBatch, StagedTable
+from snapshotter.landing.types import BATCH, META_COLUMNS, OP, POS, UNAVAILABLE
+
+log = logging.getLogger(__name__)
+
+Format = Literal["parquet", "delta"]
+META_FILE = "_snapshotter.json"
+META_VERSION = 1
+_SAFE = re.compile(r"[A-Za-z0-9_\-]")
+
+
+class LandingError(RuntimeError):
+    """Landed data that cannot be used as asked; the message says why and what to do."""
+
+
+def quote(name: str) -> str:
+    """A Spark SQL identifier, quoted (backticks doubled)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _encode(part: str) -> str:
+    return "".join(
+        c if _SAFE.fullmatch(c) else "".join(f"~{b:02x}" for b in c.encode()) for c in part
+    )
+
+
+def table_dir_name(table: TableId) -> str:
+    """``schema.table`` with anything but letters, digits, ``_`` and ``-`` as ``~hex``."""
+    if table.schema is None:
+        raise LandingError(f"table {table} has no schema")
+    return f"{_encode(table.schema)}.{_encode(table.table)}"
+
+
+@dataclass
+class TableMeta:
+    """What was landed for one table (``_snapshotter.json``)."""
+
+    schema: str
+    table: str
+    format: Format
+    key_columns: list[str]
+    landed_through: int = 0  # the last batch landed
+    base: int | None = None  # parquet: the batch the base was compacted at
+    base_rows: int = 0
+    tail_rows: int = 0  # changelog rows after the base (an upper bound)
+    truncated_at: str | None = None  # the position of the last truncate landed
+    unavailable_columns: list[str] = field(default_factory=list)  # ever landed unavailable
+
+    def to_json(self) -> str:
+        return json.dumps({"version": META_VERSION, **self.__dict__}, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str, where: str) -> TableMeta:
+        raw = json.loads(text)
+        if raw.pop("version", None) != META_VERSION:
+            raise LandingError(f"{where}: not a landing metadata file of version {META_VERSION}")
+        return cls(**raw)
+
+
+@dataclass(frozen=True, slots=True)
+class Landed:
+    """What one call of ``Lander.land`` did."""
+
+    batches: tuple[int, ...]
+    rows: int
+    seconds: float
+    compacted: tuple[str, ...] = ()
+    compact_seconds: float = 0.0
+
+
+class Lander:
+    def __init__(
+        self,
+        spark: SparkSession,
+        root: str,
+        fmt: Format = "parquet",
+        *,
+        compact_ratio: float = 0.5,
+        compact_min_rows: int = 100_000,
+    ) -> None:
+        self.spark = spark
+        self.root = root.rstrip("/")
+        self.format = fmt
+        self.compact_ratio = compact_ratio
+        self.compact_min_rows = compact_min_rows
+        self._fs, self._fs_root = pafs.FileSystem.from_uri(self.root)
+        self._metas: dict[TableId, TableMeta] = {}
+
+    # ------------------------------------------------------------------ paths and metadata
+
+    def table_path(self, table: TableId) -> str:
+        return f"{self.root}/{table_dir_name(table)}"
+
+    def _fs_path(self, table: TableId, *parts: str) -> str:
+        return "/".join([self._fs_root.rstrip("/"), table_dir_name(table), *parts])
+
+    def meta(self, table: TableId) -> TableMeta | None:
+        cached = self._metas.get(table)
+        if cached is not None:
+            return cached
+        path = self._fs_path(table, META_FILE)
+        try:
+            with self._fs.open_input_stream(path) as f:
+                text = f.read().decode("utf-8")
+        except (FileNotFoundError, OSError):
+            return None
+        meta = TableMeta.from_json(text, path)
+        self._metas[table] = meta
+        return meta
+
+    def _save_meta(self, table: TableId, meta: TableMeta) -> None:
+        self._fs.create_dir(self._fs_path(table), recursive=True)
+        path = self._fs_path(table, META_FILE)
+        tmp = path + ".tmp"
+        with self._fs.open_output_stream(tmp) as f:
+            f.write(meta.to_json().encode("utf-8"))
+        self._fs.move(tmp, path)
+        self._metas[table] = meta
+
+    def tables(self) -> list[TableId]:
+        """Tables with landed data."""
+        found = []
+        selector = pafs.FileSelector(self._fs_root, allow_not_found=True)
+        for info in self._fs.get_file_info(selector):
+            if info.type is pafs.FileType.Directory:
+                meta_path = f"{info.path}/{META_FILE}"
+                if self._fs.get_file_info(meta_path).type is pafs.FileType.File:
+                    with self._fs.open_input_stream(meta_path) as f:
+                        meta = TableMeta.from_json(f.read().decode("utf-8"), meta_path)
+                    found.append(TableId(meta.schema, meta.table))
+        return sorted(found, key=str)
+
+    # ------------------------------------------------------------------ landing
+
+    def land(self, batches: Sequence[StagedBatch]) -> Landed:
+        """Land consecutive staged batches (oldest first) in one go per table. Idempotent:
+        landing batches again that were landed already changes nothing."""
+        started = time.monotonic()
+        if not batches:
+            return Landed((), 0, 0.0)
+        by_table: dict[TableId, list[StagedTable]] = {}
+        for batch in batches:
+            for part in batch.tables:
+                by_table.setdefault(part.table, []).append(part)
+        lo, hi = batches[0].seq, batches[-1].seq
+        rows = 0
+        due: list[TableId] = []
+        for table, parts in by_table.items():
+            rows += sum(s.rows for s in parts)
+            if self._land_table(table, parts, lo, hi):
+                due.append(table)
+        landed_at = time.monotonic()
+        compacted = []
+        for table in due:
+            self.compact(table)
+            compacted.append(str(table))
+        done = time.monotonic()
+        return Landed(
+            tuple(b.seq for b in batches),
+            rows,
+            landed_at - started,
+            tuple(compacted),
+            done - landed_at,
+        )
+
+    def _land_table(self, table: TableId, staged: list[StagedTable], lo: int, hi: int) -> bool:
+        """Land one table's part of batches lo..hi; True when its base is due a compaction."""
+        keys = list(staged[-1].key_columns)
+        meta = self.meta(table) or TableMeta(table.schema or "", table.table, self.format, keys)
+        if meta.format != self.format:
+            raise LandingError(
+                f"{self.table_path(table)} was landed as {meta.format}, but [sink] format is "
+                f"{self.format}; set it back, or land into another path"
+            )
+        if meta.key_columns != keys:
+            raise LandingError(
+                f"{table}: its key is now ({', '.join(keys)}) but {self.table_path(table)} was "
+                f"landed keyed by ({', '.join(meta.key_columns)}); land it into another path"
+            )
+        truncated_at = _last_truncate(staged)
+        if truncated_at is not None and (
+            meta.truncated_at is None or truncated_at > meta.truncated_at
+        ):
+            meta.truncated_at = truncated_at
+        for column in _unavailable_columns(staged):
+            if column not in meta.unavailable_columns:
+                meta.unavailable_columns.append(column)
+        batch = self.spark.read.option("mergeSchema", "true").parquet(
+            *[str(s.file) for s in staged]
+        )
+        if self.format == "delta":
+            self._land_delta(table, meta, batch, lo, hi, truncated_at)
+        else:
+            self._land_parquet(table, batch)
+        meta.landed_through = max(meta.landed_through, hi)
+        meta.tail_rows += sum(s.rows for s in staged)
+        self._save_meta(table, meta)
+        return self.format == "parquet" and meta.tail_rows >= max(
+            self.compact_min_rows, self.compact_ratio * meta.base_rows
+        )
+
+    def _land_parquet(self, table: TableId, batch: DataFrame) -> None:
+        (
+            batch.write.mode("overwrite")
+            .option("partitionOverwriteMode", "dynamic")
+            .partitionBy(BATCH)
+            .parquet(f"{self.table_path(table)}/changelog")
+        )
+
+    def _land_delta(
+        self,
+        table: TableId,
+        meta: TableMeta,
+        batch: DataFrame,
+        lo: int,
+        hi: int,
+        truncated_at: str | None,
+    ) -> None:
+        from delta.tables import DeltaTable
+
+        base = self.table_path(table)
+        changelog = f"{base}/changelog"
+        writer = batch.write.format("delta").option("mergeSchema", "true")
+        if DeltaTable.isDeltaTable(self.spark, changelog):
+            writer.mode("overwrite").option(
+                "replaceWhere", f"{quote(BATCH)} >= {lo} AND {quote(BATCH)} <= {hi}"
+            ).save(changelog)
+        else:
+            writer.mode("append").save(changelog)
+        current = f"{base}/current"
+        keys = meta.key_columns
+        changes = reduce_latest(
+            batch, keys, meta.unavailable_columns, keep_deletes=True, after=truncated_at
+        )
+        if not DeltaTable.isDeltaTable(self.spark, current):
+            changes.where(F.col(OP) != "d").write.format("delta").mode("append").save(current)
+            return
+        target = DeltaTable.forPath(self.spark, current)
+        if truncated_at is not None:
+            target.delete(F.col(POS) < F.lit(truncated_at))
+        on = _all([F.col(f"t.{quote(k)}") == F.col(f"s.{quote(k)}") for k in keys])
+        newer = F.col(f"t.{quote(POS)}") < F.col(f"s.{quote(POS)}")
+        is_delete = F.col(f"s.{quote(OP)}") == "d"
+        columns = [c for c in changes.columns]
+        updates: dict[str, str | Column] = {}
+        for c in columns:
+            source = F.col(f"s.{quote(c)}")
+            if c in meta.unavailable_columns:
+                missing = F.array_contains(
+                    F.coalesce(F.col(f"s.{quote(UNAVAILABLE)}"), F.array().cast("array<string>")),
+                    F.lit(c),
+                )
+                source = F.when(missing, F.col(f"t.{quote(c)}")).otherwise(source)
+            updates[quote(c)] = source
+        if meta.unavailable_columns:
+            updates[quote(UNAVAILABLE)] = F.lit(None).cast("array<string>")
+        (
+            target.alias("t")
+            .merge(changes.alias("s"), on)
+            .whenMatchedDelete(condition=is_delete & newer)
+            .whenMatchedUpdate(condition=~is_delete & newer, set=updates)
+            .whenNotMatchedInsert(
+                condition=~is_delete, values={quote(c): F.col(f"s.{quote(c)}") for c in columns}
+            )
+            .execute()
+        )
+
+    # ------------------------------------------------------------------ compaction (parquet)
+
+    def compact(self, table: TableId) -> None:
+        """Fold the changelog tail into a new base (parquet format)."""
+        meta = self.meta(table)
+        if meta is None or self.format != "parquet":
+            return
+        upto = meta.landed_through
+        if meta.base == upto:
+            return
+        started = time.monotonic()
+        state = self._merged(table, meta, upto)
+        target = f"{self.table_path(table)}/current/v={upto:012d}"
+        state.write.mode("overwrite").parquet(target)
+        rows = self.spark.read.parquet(target).count()
+        old = meta.base
+        meta.base, meta.base_rows, meta.tail_rows = upto, rows, 0
+        self._save_meta(table, meta)
+        if old is not None and old != upto:
+            self._fs.delete_dir(self._fs_path(table, "current", f"v={old:012d}"))
+        log.info(
+            "%s: current state compacted at batch %d: %d rows in %.1f s",
+            table,
+            upto,
+            rows,
+            time.monotonic() - started,
+        )
+
+    def _merged(self, table: TableId, meta: TableMeta, upto: int | None = None) -> DataFrame:
+        path = self.table_path(table)
+        parts: list[DataFrame] = []
+        if meta.base is not None:
+            parts.append(
+                self.spark.read.parquet(f"{path}/current/v={meta.base:012d}").withColumn(
+                    BATCH, F.col(BATCH).cast("long")
+                )
+            )
+        tail = self.spark.read.option("mergeSchema", "true").parquet(f"{path}/changelog")
+        tail = tail.withColumn(BATCH, F.col(BATCH).cast("long"))
+        if meta.base is not None:
+            tail = tail.where(F.col(BATCH) > meta.base)
+        if upto is not None:
+            tail = tail.where(F.col(BATCH) <= upto)
+        parts.append(tail)
+        merged = parts[0]
+        for part in parts[1:]:
+            merged = merged.unionByName(part, allowMissingColumns=True)
+        return reduce_latest(
+            merged, meta.key_columns, meta.unavailable_columns, after=meta.truncated_at
+        )
+
+    # ------------------------------------------------------------------ reading
+
+    def current_state(self, table: TableId) -> DataFrame | None:
+        """The table's current state (columns and meta columns), exact as of the last landed
+        batch; None when nothing was landed for it."""
+        meta = self.meta(table)
+        if meta is None:
+            return None
+        if self.format == "delta":
+            return self.spark.read.format("delta").load(f"{self.table_path(table)}/current")
+        return self._merged(table, meta)
+
+    def changelog(self, table: TableId) -> DataFrame | None:
+        if self.meta(table) is None:
+            return None
+        path = f"{self.table_path(table)}/changelog"
+        if self.format == "delta":
+            return self.spark.read.format("delta").load(path)
+        return self.spark.read.option("mergeSchema", "true").parquet(path)
+
+
+def reduce_latest(
+    df: DataFrame,
+    keys: Sequence[str],
+    unavailable_columns: Sequence[str] = (),
+    *,
+    keep_deletes: bool = False,
+    after: str | None = None,
+) -> DataFrame:
+    """Per key, the event with the highest ``__pos`` (deletes dropped unless kept), after the
+    last truncate; values the log did not carry taken from the key's previous event."""
+    df = df.where(F.col(OP) != "t")
+    if after is not None:
+        df = df.where(F.col(POS) > F.lit(after))
+    key_cols = [F.col(quote(k)) for k in keys]
+    if unavailable_columns:
+        history = (
+            Window.partitionBy(*key_cols)
+            .orderBy(F.col(POS))
+            .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+        )
+        missing_list = F.coalesce(F.col(UNAVAILABLE), F.array().cast("array<string>"))
+        unresolved = []
+        temps: list[str] = []
+        for i, c in enumerate(unavailable_columns):
+            if c not in df.columns:
+                continue
+            carried = F.when(
+                ~F.array_contains(missing_list, F.lit(c)), F.struct(F.col(quote(c)).alias("v"))
+            )
+            temp = f"__carried_{i}"
+            df = df.withColumn(temp, F.last(carried, ignorenulls=True).over(history))
+            df = df.withColumn(c, F.col(temp).getField("v"))
+            unresolved.append(
+                F.when(F.array_contains(missing_list, F.lit(c)) & F.col(temp).isNull(), F.lit(c))
+            )
+            temps.append(temp)
+        # What no earlier event carried stays unavailable (the landing resolves it against
+        # the state before the batch, where there is one).
+        still = F.array_compact(F.array(*unresolved)) if unresolved else F.array()
+        df = df.withColumn(
+            UNAVAILABLE, F.when(F.size(still) > 0, still).cast("array<string>")
+        ).drop(*temps)
+    latest = Window.partitionBy(*key_cols).orderBy(F.col(POS).desc())
+    df = df.withColumn("__rank", F.row_number().over(latest)).where(F.col("__rank") == 1)
+    df = df.drop("__rank")
+    if not keep_deletes:
+        df = df.where(F.col(OP) != "d")
+    return df
+
+
+def data_columns(df: DataFrame) -> list[str]:
+    return [c for c in df.columns if c not in META_COLUMNS]
+
+
+def _all(conditions: list[Column]) -> Column:
+    out = conditions[0]
+    for c in conditions[1:]:
+        out = out & c
+    return out
+
+
+def _last_truncate(staged: Sequence[StagedTable]) -> str | None:
+    last: str | None = None
+    for s in staged:
+        if not s.truncates:
+            continue
+        data = pq.read_table(s.file, columns=[OP, POS])
+        positions = pc.filter(data.column(POS), pc.equal(data.column(OP), "t"))
+        top = pc.max(positions).as_py()
+        if top is not None and (last is None or top > last):
+            last = top
+    return last
+
+
+def _unavailable_columns(staged: Sequence[StagedTable]) -> list[str]:
+    found: list[str] = []
+    for s in staged:
+        if not s.unavailable:
+            continue
+        data = pq.read_table(s.file, columns=[UNAVAILABLE])
+        for name in pc.unique(pc.list_flatten(data.column(UNAVAILABLE))).to_pylist():
+            if name is not None and name not in found:
+                found.append(name)
+    return found
+
+
+__all__ = ["Landed", "Lander", "LandingError", "TableMeta", "quote", "reduce_latest"]

@@ -1,0 +1,190 @@
+"""Staged batches: Arrow tables written as Parquet files on local disk, made durable before the
+engine's state may record them.
+
+A batch is a directory ``batch-<seq>`` holding one Parquet file per source table and a
+``manifest.json``. It is written under a temporary name, every file is fsynced, and the
+directory is renamed into place (then the staging directory is fsynced), so a batch is
+either complete or absent: a crash leaves at most a ``.tmp-*`` directory, removed on the
+next open. Batches are numbered in the order they were staged, which is log order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from signals.names import TableId
+from snapshotter.landing.types import OP, UNAVAILABLE
+
+MANIFEST = "manifest.json"
+MANIFEST_VERSION = 1
+_PREFIX = "batch-"
+
+
+class StagingError(RuntimeError):
+    """A staging directory that cannot be used; the message says why and what to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class StagedTable:
+    table: TableId
+    key_columns: tuple[str, ...]
+    file: Path
+    rows: int
+    truncates: bool  # the batch truncates the table
+    unavailable: bool  # some rows lack values the log did not carry (unchanged TOAST)
+
+
+@dataclass(frozen=True, slots=True)
+class StagedBatch:
+    seq: int
+    directory: Path
+    tables: tuple[StagedTable, ...]
+    bytes: int
+
+    def table(self, table: TableId) -> StagedTable | None:
+        for staged in self.tables:
+            if staged.table == table:
+                return staged
+        return None
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _table_json(table: TableId) -> dict[str, Any]:
+    return {"schema": table.schema, "table": table.table}
+
+
+class StagingArea:
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+
+    def open(self) -> None:
+        """Create the directory, and drop what a crash left half written."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for leftover in self.directory.glob(".tmp-*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+
+    def stage(
+        self, seq: int, tables: Sequence[tuple[TableId, Sequence[str], pa.Table]]
+    ) -> StagedBatch:
+        """Write one batch durably; returns it once its directory is renamed into place."""
+        final = self.directory / f"{_PREFIX}{seq:012d}"
+        if final.exists():
+            raise StagingError(f"staged batch {final} exists already; was it staged twice?")
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{_PREFIX}{seq:012d}-", dir=self.directory))
+        try:
+            entries = []
+            staged = []
+            total = 0
+            for i, (table, key_columns, data) in enumerate(tables):
+                name = f"t{i}.parquet"
+                path = tmp / name
+                pq.write_table(data, path)
+                _fsync_path(path)
+                size = path.stat().st_size
+                total += size
+                truncates = bool(pc.any(pc.equal(data.column(OP), "t")).as_py() or False)
+                unavailable = data.column(UNAVAILABLE).null_count < data.num_rows
+                entries.append(
+                    {
+                        "table": _table_json(table),
+                        "key_columns": list(key_columns),
+                        "file": name,
+                        "rows": data.num_rows,
+                        "truncates": truncates,
+                        "unavailable": unavailable,
+                    }
+                )
+                staged.append(
+                    StagedTable(
+                        table,
+                        tuple(key_columns),
+                        final / name,
+                        data.num_rows,
+                        truncates,
+                        unavailable,
+                    )
+                )
+            manifest = tmp / MANIFEST
+            manifest.write_text(
+                json.dumps(
+                    {"version": MANIFEST_VERSION, "batch": seq, "bytes": total, "tables": entries},
+                    indent=1,
+                ),
+                encoding="utf-8",
+            )
+            _fsync_path(manifest)
+            _fsync_path(tmp)
+            os.replace(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        _fsync_path(self.directory)
+        return StagedBatch(seq, final, tuple(staged), total)
+
+    def batches(self) -> list[StagedBatch]:
+        """The complete staged batches, oldest first."""
+        found = []
+        for path in self.directory.glob(f"{_PREFIX}*"):
+            found.append(self._read(path))
+        return sorted(found, key=lambda b: b.seq)
+
+    def remove(self, batch: StagedBatch) -> None:
+        shutil.rmtree(batch.directory)
+
+    def discard_after(self, seq: int) -> list[int]:
+        """Drop batches staged after ``seq`` (the state never recorded them: the log replays
+        their events); returns their numbers."""
+        dropped = []
+        for batch in self.batches():
+            if batch.seq > seq:
+                shutil.rmtree(batch.directory)
+                dropped.append(batch.seq)
+        if dropped:
+            _fsync_path(self.directory)
+        return dropped
+
+    def _read(self, path: Path) -> StagedBatch:
+        try:
+            raw = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+            if raw.get("version") != MANIFEST_VERSION:
+                raise StagingError(
+                    f"staged batch {path} has manifest version {raw.get('version')!r}; this "
+                    f"snapshotter reads version {MANIFEST_VERSION}: land it with the version "
+                    "that staged it"
+                )
+            tables = tuple(
+                StagedTable(
+                    TableId(e["table"]["schema"], e["table"]["table"]),
+                    tuple(e["key_columns"]),
+                    path / e["file"],
+                    int(e["rows"]),
+                    bool(e["truncates"]),
+                    bool(e["unavailable"]),
+                )
+                for e in raw["tables"]
+            )
+            return StagedBatch(int(raw["batch"]), path, tables, int(raw["bytes"]))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise StagingError(
+                f"staged batch {path} is unreadable ({exc}); it was complete when renamed into "
+                "place, so something else changed it: restore it, or remove it and start over "
+                "without the state"
+            ) from None

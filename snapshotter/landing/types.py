@@ -1,0 +1,299 @@
+"""What a source table lands as: its Arrow (and so Parquet and Spark) schema, and events as
+Arrow tables of that schema.
+
+The landed schema comes from the source catalog (``TableSchema``), never from the values of a
+batch, so a table lands with the same types whatever its first batch held. Both kinds of row,
+READ rows from chunk SELECTs and rows from the log decoder, are in the value model
+(``snapshotter.core.values``) and go through this one conversion, so they land with identical
+types by construction.
+
+Each catalog Arrow type lands as itself except where Parquet or Spark has no such type:
+
+========================  ==========================  =========================================
+catalog (reader) type      landed type                 why
+========================  ==========================  =========================================
+time64 (PG ``time``)       string ``HH:MM:SS.ffffff``  Spark has no time-of-day type
+duration (MySQL ``TIME``)  string ``[-]H:MM:SS.ffffff`` Spark reads no Parquet duration
+uint64 (``BIGINT UNSIGNED``) decimal(20, 0)            Spark has no unsigned 64-bit integer
+decimal256 (p > 38)        string                      Spark decimals stop at 38 digits
+string of PG ``numeric(p,s)``, p <= 38   decimal(max(p, s), s)  exact numerics stay numbers
+========================  ==========================  =========================================
+
+``timestamptz`` lands as a UTC timestamp (Spark ``TimestampType``), ``timestamp`` without zone
+as ``TimestampNTZType``, bytes as binary, JSON as its text (Spark has no JSON type).
+
+Each landed row also has:
+
+* ``__op``: c, u, d, r or t; ``__pos``: the event's position token (text order = log order);
+  ``__ts_ms``: the envelope's ``ts_ms``; ``__snapshot``: ``source.snapshot`` ("false",
+  "incremental");
+* ``__unavailable``: the columns whose value the log did not carry (PostgreSQL's unchanged
+  TOAST values), landed as NULL and resolved from the previous state when landing; NULL when
+  none;
+* ``__batch``: the staged batch the row came in (landing is idempotent per batch).
+
+A delete lands the key columns (from the event's key) and what the log gave of the old row; a
+truncate lands NULL in every column.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import pyarrow as pa
+
+from snapshotter.core.events import ChangeEvent, Op
+from snapshotter.core.values import UNAVAILABLE_VALUE, RawJson
+from snapshotter.dialects.base import ColumnInfo, TableSchema
+
+log = logging.getLogger(__name__)
+
+OP = "__op"
+POS = "__pos"
+TS_MS = "__ts_ms"
+SNAPSHOT = "__snapshot"
+UNAVAILABLE = "__unavailable"
+BATCH = "__batch"
+
+META_FIELDS: tuple[pa.Field, ...] = (
+    pa.field(OP, pa.string(), nullable=False),
+    pa.field(POS, pa.string(), nullable=False),
+    pa.field(TS_MS, pa.int64(), nullable=False),
+    pa.field(SNAPSHOT, pa.string(), nullable=False),
+    pa.field(UNAVAILABLE, pa.list_(pa.string())),
+    pa.field(BATCH, pa.int64(), nullable=False),
+)
+META_COLUMNS = tuple(f.name for f in META_FIELDS)
+
+_PG_NUMERIC_OID = 1700
+_NUMERIC = re.compile(r"^numeric\((\d+)(?:,\s*(\d+))?\)$")
+
+
+class LandingTypeError(ValueError):
+    """Values that do not fit the table's landed types; the message names table and column."""
+
+
+@dataclass(frozen=True, slots=True)
+class LandedColumn:
+    name: str
+    source_type: pa.DataType  # the catalog's Arrow type: what reader values build into
+    landed_type: pa.DataType
+
+
+def landed_columns(schema: TableSchema) -> tuple[LandedColumn, ...]:
+    return tuple(LandedColumn(c.name, c.arrow_type, _landed_type(c)) for c in schema.columns)
+
+
+def landed_schema(schema: TableSchema) -> pa.Schema:
+    """The landed schema of a table: its columns (all nullable: deletes and truncates land
+    without them), then the meta columns."""
+    for column in schema.columns:
+        if column.name in META_COLUMNS:
+            raise LandingTypeError(
+                f"{schema.table}: column {column.name!r} has the name of a landing column; "
+                "rename it to land this table"
+            )
+    fields = [pa.field(c.name, c.landed_type) for c in landed_columns(schema)]
+    return pa.schema([*fields, *META_FIELDS])
+
+
+def _landed_type(column: ColumnInfo) -> pa.DataType:
+    source = column.arrow_type
+    if pa.types.is_time(source) or pa.types.is_duration(source):
+        return pa.string()
+    if pa.types.is_uint64(source):
+        return pa.decimal128(20, 0)
+    if pa.types.is_decimal256(source):
+        return pa.string()
+    if pa.types.is_string(source) and column.type_code == _PG_NUMERIC_OID:
+        match = _NUMERIC.match(column.type_name)
+        if match:
+            # PostgreSQL 15+ allows a scale above the precision (numeric(3,5): |v| < 0.01),
+            # which Parquet and Spark refuse; decimal(s, s) holds the same values.
+            scale = int(match.group(2) or 0)
+            precision = max(int(match.group(1)), scale)
+            if precision <= 38:
+                return pa.decimal128(precision, scale)
+    return source
+
+
+# --- values to Arrow ------------------------------------------------------------------------
+
+
+def _duration_text(value: timedelta) -> str:
+    """MySQL's own TIME text: ``[-]H:MM:SS.ffffff`` (hours may exceed 24)."""
+    micros = value // timedelta(microseconds=1)
+    sign = "-" if micros < 0 else ""
+    micros = abs(micros)
+    seconds, fraction = divmod(micros, 1_000_000)
+    minutes, second = divmod(seconds, 60)
+    hours, minute = divmod(minutes, 60)
+    return f"{sign}{hours}:{minute:02d}:{second:02d}.{fraction:06d}"
+
+
+def _plain(value: Any) -> Any:
+    return value.text if type(value) is RawJson else value
+
+
+def _source_array(table: str, column: LandedColumn, values: list[Any]) -> pa.Array:
+    """``values`` (value model) as an array of the catalog type, as chunk reads build it."""
+    if pa.types.is_duration(column.source_type):
+        return pa.array(
+            [None if v is None else _duration_text(v) for v in values], type=pa.string()
+        )
+    try:
+        return pa.array(values, type=column.source_type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        pass
+    # JSON documents arrive as RawJson (their text lands).
+    plain = [_plain(v) for v in values]
+    try:
+        return pa.array(plain, type=column.source_type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        pass
+    # A value Python could not hold in the column's type (PostgreSQL's timestamp 'infinity'
+    # arrives as text): it lands as NULL, said in the log, and the stream goes on.
+    fitted: list[Any] = []
+    bad: list[Any] = []
+    for value in plain:
+        try:
+            pa.array([value], type=column.source_type)
+            fitted.append(value)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+            fitted.append(None)
+            bad.append(value)
+    log.warning(
+        "%s: %d value(s) of column %r do not fit its type %s (e.g. %.40r) and land as NULL",
+        table,
+        len(bad),
+        column.name,
+        column.source_type,
+        bad[0],
+    )
+    return pa.array(fitted, type=column.source_type)
+
+
+def _landed_array(table: str, column: LandedColumn, array: pa.Array) -> pa.Array:
+    if array.type == column.landed_type:
+        return array
+    if pa.types.is_decimal256(array.type):
+        # Arrow's cast writes small values in scientific notation ("1.23E-7", "0E-30"):
+        # land the plain text the database shows, every digit of the scale.
+        return pa.array(
+            [None if v is None else format(v, "f") for v in array.to_pylist()], type=pa.string()
+        )
+    try:
+        return array.cast(column.landed_type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass
+    # Value by value: PostgreSQL numeric(p,s) also holds NaN (and, unconstrained by this
+    # type, nothing else that a decimal cannot): such values land as NULL, said in the log.
+    out: list[Any] = []
+    bad = 0
+    for value in array:
+        try:
+            out.append(pa.array([value.as_py()], type=array.type).cast(column.landed_type)[0])
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            out.append(None)
+            bad += 1
+    if bad:
+        log.warning(
+            "%s: %d value(s) of column %r do not fit its landed type %s (e.g. numeric NaN) "
+            "and land as NULL; the changelog keeps the same NULL",
+            table,
+            bad,
+            column.name,
+            column.landed_type,
+        )
+    return pa.array([None if v is None else v.as_py() for v in out], type=column.landed_type)
+
+
+def rows_to_landed(schema: TableSchema, rows: Sequence[Mapping[str, Any] | None]) -> list[pa.Array]:
+    """The table's columns, landed, for ``rows`` in the value model (None: a row of NULLs).
+    Columns a row lacks are NULL; columns the catalog does not know are ignored."""
+    table = str(schema.table)
+    arrays = []
+    for column in landed_columns(schema):
+        name = column.name
+        values = [None if r is None else r.get(name) for r in rows]
+        arrays.append(_landed_array(table, column, _source_array(table, column, values)))
+    return arrays
+
+
+def unknown_columns(schema: TableSchema, events: Iterable[ChangeEvent]) -> set[str]:
+    """Columns that rows of ``events`` have and the catalog does not (a column added since
+    the table was described: describe it again)."""
+    known = set(schema.column_names)
+    count = len(known)
+    unknown: set[str] = set()
+    for event in events:
+        for row in (event.after, event.before):
+            if row is not None and (len(row) > count or not known.issuperset(row)):
+                unknown.update(c for c in row if c not in known)
+    return unknown
+
+
+def events_to_landed(
+    schema: TableSchema,
+    key_columns: Sequence[str],
+    events: Sequence[ChangeEvent],
+    batch: int,
+) -> pa.Table:
+    """One table's events, in order, as a table of its landed schema."""
+    rows: list[Mapping[str, Any] | None] = []
+    unavailable: list[list[str] | None] = []
+    for event in events:
+        if event.op is Op.TRUNCATE:
+            rows.append(None)
+            unavailable.append(None)
+            continue
+        row = event.after if event.after is not None else event.before
+        missing: list[str] | None = None
+        if event.op is Op.UPDATE and row is not None and UNAVAILABLE_VALUE in row.values():
+            missing = [c for c, v in row.items() if v == UNAVAILABLE_VALUE]
+            row = {c: None if c in missing else v for c, v in row.items()}
+        if event.key is not None and (
+            row is None or any(c not in row for c in key_columns) or event.op is Op.DELETE
+        ):
+            # The key columns always land, from the event's key (a delete's old row may
+            # carry only part of the row, or a surrogate key may be what keys the table).
+            row = {**(row or {}), **dict(zip(key_columns, event.key, strict=True))}
+        rows.append(row)
+        unavailable.append(missing)
+    arrays = rows_to_landed(schema, rows)
+    meta = [
+        pa.array([e.op.value for e in events], type=pa.string()),
+        pa.array([e.source.position.token for e in events], type=pa.string()),
+        pa.array([int(e.ts_ms) for e in events], type=pa.int64()),
+        pa.array([e.source.snapshot.value for e in events], type=pa.string()),
+        pa.array(unavailable, type=pa.list_(pa.string())),
+        pa.array([batch] * len(events), type=pa.int64()),
+    ]
+    return pa.Table.from_arrays([*arrays, *meta], schema=landed_schema(schema))
+
+
+def empty_landed(schema: TableSchema) -> pa.Table:
+    return landed_schema(schema).empty_table()
+
+
+__all__ = [
+    "BATCH",
+    "META_COLUMNS",
+    "OP",
+    "POS",
+    "SNAPSHOT",
+    "TS_MS",
+    "UNAVAILABLE",
+    "LandedColumn",
+    "LandingTypeError",
+    "events_to_landed",
+    "landed_columns",
+    "landed_schema",
+    "rows_to_landed",
+    "unknown_columns",
+]

@@ -1,0 +1,336 @@
+"""The Spark sink: events staged as Parquet on local disk, landed by Spark beside the stream.
+
+Flow, per checkpoint (the engine asks for one about every second, at transaction boundaries)::
+
+    events ──(engine thread: to Arrow, per table)──► staged batch N (fsynced, renamed)
+           ──► ack {"staged": N}: the state may now record everything up to N
+    staged batches ──(lander thread: one Spark job per table for all waiting batches)──►
+           changelog + current state ──► staged batch directories removed
+
+Rows never pass through Python into Spark one by one: the engine writes Arrow tables with
+pyarrow, and Spark reads the staged files in bulk.
+
+* The stream does not wait for Spark: staging is local and takes milliseconds; landing runs
+  on its own thread. Backpressure: when more than ``max_staged_bytes`` are staged and not yet
+  landed, ``checkpoint`` waits for the lander (the engine then reads no further log).
+* Durability: the state records a batch (``{"staged": N}``) only after its files are fsynced
+  and renamed into place, so it never records what was not staged. On restart, batches staged
+  after the recorded one are dropped (the log replays their events); batches up to it are
+  landed, before anything else, again if need be: landing is idempotent.
+* A landing that fails is retried; one that keeps failing stops the engine with the error
+  (everything staged stays staged and is landed on the next start).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from signals.names import TableId
+from snapshotter.config import Config
+from snapshotter.core.events import ChangeEvent
+from snapshotter.dialects.base import TableSchema
+from snapshotter.landing.lander import Landed, Lander, LandingError
+from snapshotter.landing.staging import StagedBatch, StagingArea
+from snapshotter.landing.types import events_to_landed, unknown_columns
+from snapshotter.sinks.base import Ack
+
+log = logging.getLogger(__name__)
+
+LAND_ATTEMPTS = 3
+RETRY_DELAY_S = 2.0
+MAX_GROUP_BYTES = 256 * 1024 * 1024  # one landing takes at most this much staged data
+
+
+class SparkSinkError(RuntimeError):
+    """The sink cannot go on; the message says why and what to do."""
+
+
+class SparkSink:
+    def __init__(
+        self,
+        *,
+        staging: StagingArea,
+        open_lander: Callable[[], Lander],
+        describe: Callable[[TableId], TableSchema],
+        key_columns: Callable[[TableId], Sequence[str] | None],
+        max_staged_bytes: int,
+        root: str,
+        fmt: str,
+    ) -> None:
+        self._staging = staging
+        self._open_lander = open_lander
+        self._describe = describe
+        self._key_columns = key_columns
+        self._max_staged = max_staged_bytes
+        self._root = root
+        self._format = fmt
+        self._lander: Lander | None = None
+        self._schemas: dict[TableId, TableSchema] = {}
+        self._events: list[ChangeEvent] = []
+        self._seq = 0
+        self._checkpoint_id = 0
+        self._acks: list[Ack] = []
+        # Shared with the lander thread, under _cond.
+        self._cond = threading.Condition()
+        self._queue: list[StagedBatch] = []
+        self._staged_bytes = 0
+        self._landing = False
+        self._closing = False
+        self._failure: str | None = None
+        self._thread: threading.Thread | None = None
+        self.landed: list[Landed] = []  # what each landing did (bench, tests)
+
+    @classmethod
+    def from_config(
+        cls,
+        config: Config,
+        describe: Callable[[TableId], TableSchema],
+        key_columns: Callable[[TableId], Sequence[str] | None],
+    ) -> SparkSink:
+        sink = config.sink
+
+        def open_lander() -> Lander:
+            from snapshotter.landing.session import spark_session
+
+            spark = spark_session(config.spark, delta=sink.format == "delta")
+            return Lander(
+                spark,
+                sink.path,
+                sink.format,
+                compact_ratio=sink.compact_ratio,
+                compact_min_rows=sink.compact_min_rows,
+            )
+
+        return cls(
+            staging=StagingArea(config.staging_dir),
+            open_lander=open_lander,
+            describe=describe,
+            key_columns=key_columns,
+            max_staged_bytes=sink.max_staged_mb * 1024 * 1024,
+            root=sink.path,
+            fmt=sink.format,
+        )
+
+    # ------------------------------------------------------------------ Sink protocol
+
+    def open(self, resume: Mapping[str, Any] | None) -> None:
+        if self._thread is not None:
+            raise SparkSinkError("the Spark sink is already open")
+        self._staging.open()
+        lander = self._lander = self._open_lander()
+        recorded = 0
+        if resume is None:
+            landed = lander.tables()
+            if landed:
+                raise SparkSinkError(
+                    f"{self._root} holds landed tables ({', '.join(map(str, landed[:3]))}"
+                    f"{'...' if len(landed) > 3 else ''}) but there is no saved state for "
+                    "them; delete it, or set [sink] path to another location"
+                )
+        else:
+            recorded = self._recorded(resume)
+        dropped = self._staging.discard_after(recorded)
+        if dropped:
+            log.info(
+                "dropped %d staged batch(es) the state never recorded (the log replays them)",
+                len(dropped),
+            )
+        waiting = self._staging.batches()
+        if waiting:
+            # Before anything else: what the state recorded must land first, in order.
+            log.info("landing %d staged batch(es) left by the last run", len(waiting))
+            self._land_now(waiting)
+        self._seq = recorded
+        self._thread = threading.Thread(target=self._run_lander, name="lander", daemon=True)
+        self._thread.start()
+
+    def write(self, events: Sequence[ChangeEvent]) -> None:
+        self._check()
+        self._events.extend(events)
+
+    def checkpoint(self) -> int:
+        self._check()
+        if self._events:
+            self._wait_for_room()
+            self._stage()
+        self._checkpoint_id += 1
+        self._acks.append(Ack(self._checkpoint_id, self._resume()))
+        return self._checkpoint_id
+
+    def acknowledged(self) -> list[Ack]:
+        acks, self._acks = self._acks, []
+        return acks
+
+    def close(self) -> None:
+        if self._thread is None:
+            return
+        try:
+            if self._failure is None:
+                self.checkpoint()
+        finally:
+            with self._cond:
+                self._closing = True
+                self._cond.notify_all()
+            self._thread.join()
+            self._thread = None
+        self._check()
+
+    # ------------------------------------------------------------------ staging
+
+    def _recorded(self, resume: Mapping[str, Any]) -> int:
+        staged = resume.get("staged")
+        if not isinstance(staged, int) or isinstance(staged, bool) or staged < 0:
+            raise SparkSinkError(f"saved sink state has no valid staged batch: {dict(resume)!r}")
+        path, fmt = resume.get("path"), resume.get("format")
+        if (path is not None and path != self._root) or (fmt is not None and fmt != self._format):
+            raise SparkSinkError(
+                f"the saved state belongs to {fmt} landing at {path}, but the sink now lands "
+                f"{self._format} at {self._root}; set [sink] back, or start over without the "
+                "state"
+            )
+        return staged
+
+    def _resume(self) -> dict[str, Any]:
+        return {"staged": self._seq, "path": self._root, "format": self._format}
+
+    def _schema(self, table: TableId, events: Sequence[ChangeEvent]) -> TableSchema:
+        schema = self._schemas.get(table)
+        if schema is None or unknown_columns(schema, events):
+            schema = self._schemas[table] = self._describe(table)
+            extra = unknown_columns(schema, events)
+            if extra:
+                log.warning(
+                    "%s: column(s) %s are in the log but not in the table now; they do not land",
+                    table,
+                    ", ".join(sorted(extra)),
+                )
+        return schema
+
+    def _stage(self) -> None:
+        events, self._events = self._events, []
+        by_table: dict[TableId, list[ChangeEvent]] = {}
+        for event in events:
+            by_table.setdefault(event.table, []).append(event)
+        seq = self._seq + 1
+        tables: list[tuple[TableId, Sequence[str], pa.Table]] = []
+        for table, table_events in by_table.items():
+            keys = self._key_columns(table)
+            if not keys:
+                raise SparkSinkError(f"no key columns known for {table}: cannot land it")
+            schema = self._schema(table, table_events)
+            tables.append((table, keys, events_to_landed(schema, keys, table_events, seq)))
+        batch = self._staging.stage(seq, tables)
+        self._seq = seq
+        with self._cond:
+            self._queue.append(batch)
+            self._staged_bytes += batch.bytes
+            self._cond.notify_all()
+
+    def _wait_for_room(self) -> None:
+        with self._cond:
+            waited = time.monotonic()
+            warned = False
+            while self._staged_bytes > self._max_staged and self._failure is None:
+                if not warned and time.monotonic() - waited > 5:
+                    log.info(
+                        "%.0f MB staged and not yet landed (bound %.0f MB): waiting for Spark",
+                        self._staged_bytes / 1e6,
+                        self._max_staged / 1e6,
+                    )
+                    warned = True
+                self._cond.wait(1.0)
+        self._check()
+
+    def _check(self) -> None:
+        if self._failure is not None:
+            raise SparkSinkError(self._failure)
+
+    # ------------------------------------------------------------------ landing
+
+    def _land_now(self, batches: list[StagedBatch]) -> None:
+        assert self._lander is not None
+        for attempt in range(1, LAND_ATTEMPTS + 1):
+            try:
+                landed = self._lander.land(batches)
+                break
+            except LandingError as exc:
+                raise SparkSinkError(f"landing failed: {exc}") from exc
+            except Exception as exc:
+                if attempt == LAND_ATTEMPTS:
+                    raise SparkSinkError(
+                        f"landing batches {batches[0].seq}..{batches[-1].seq} failed "
+                        f"{LAND_ATTEMPTS} times; last error: {_first_line(exc)}. They stay "
+                        "staged and are landed on the next start"
+                    ) from exc
+                log.warning(
+                    "landing batches %d..%d failed (attempt %d of %d), retrying: %s",
+                    batches[0].seq,
+                    batches[-1].seq,
+                    attempt,
+                    LAND_ATTEMPTS,
+                    _first_line(exc),
+                )
+                time.sleep(RETRY_DELAY_S)
+        for batch in batches:
+            self._staging.remove(batch)
+        self.landed.append(landed)
+        log.debug(
+            "landed batches %d..%d: %d rows in %.2f s",
+            batches[0].seq,
+            batches[-1].seq,
+            landed.rows,
+            landed.seconds,
+        )
+
+    def _run_lander(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closing:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                group: list[StagedBatch] = []
+                size = 0
+                for batch in self._queue:
+                    if group and size + batch.bytes > MAX_GROUP_BYTES:
+                        break
+                    group.append(batch)
+                    size += batch.bytes
+                self._landing = True
+            try:
+                self._land_now(group)
+            except Exception as exc:
+                with self._cond:
+                    self._failure = str(exc)
+                    self._landing = False
+                    self._cond.notify_all()
+                log.error("%s", exc)
+                return
+            with self._cond:
+                del self._queue[: len(group)]
+                self._staged_bytes -= size
+                self._landing = False
+                self._cond.notify_all()
+
+    def wait_landed(self, timeout: float | None = None) -> bool:
+        """Wait until everything staged so far is landed (tests, bench)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while (self._queue or self._landing) and self._failure is None:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cond.wait(left)
+        self._check()
+        return True
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"

@@ -1,0 +1,207 @@
+"""The Spark sink's durability: landing is idempotent, and a crash anywhere between staging
+and landing re-lands on restart without duplicates or losses.
+
+Real Spark (local mode) and, for the crash tests, the real engine against PostgreSQL in a
+process of its own that is killed with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from signals.names import TableId
+from snapshotter.config import SparkConfig
+from snapshotter.core.events import ChangeEvent, Op, SnapshotMarker, Source
+from snapshotter.core.position import Position
+from snapshotter.dialects.base import ColumnInfo, TableSchema
+from snapshotter.landing.lander import Lander, data_columns
+from snapshotter.landing.session import spark_session
+from snapshotter.landing.staging import StagingArea
+from snapshotter.landing.types import events_to_landed
+from tests.integration.engine_harness import SPARK_MASTER, Capture
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+TABLE = TableId("shop", "items")
+SCHEMA = TableSchema(
+    TABLE,
+    (
+        ColumnInfo("id", "bigint", 20, False, pa.int64()),
+        ColumnInfo("name", "text", 25, True, pa.string()),
+        ColumnInfo("price", "numeric(12,2)", 1700, True, pa.string()),
+        ColumnInfo("at", "timestamptz", 1184, True, pa.timestamp("us", tz="UTC")),
+    ),
+    ("id",),
+)
+
+
+def event(op: str, key: int, pos: int, name: str = "x") -> ChangeEvent:
+    source = Source(
+        "postgresql",
+        "shop",
+        "shop",
+        TABLE,
+        Position(pos),
+        1_700_000_000_000,
+        SnapshotMarker.INCREMENTAL if op == "r" else SnapshotMarker.FALSE,
+    )
+    if op == "d":
+        return ChangeEvent(Op.DELETE, source, 1, (key,), before={"id": key})
+    if op == "t":
+        return ChangeEvent(Op.TRUNCATE, source, 1, None)
+    row = {"id": key, "name": name, "price": f"{key}.25", "at": datetime(2024, 5, 6, tzinfo=UTC)}
+    return ChangeEvent(Op(op), source, 1, (key,), after=row)
+
+
+def contents(lander: Lander) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    changelog = lander.changelog(TABLE)
+    current = lander.current_state(TABLE)
+    assert changelog is not None and current is not None
+    return (
+        sorted(changelog.toArrow().to_pylist(), key=lambda r: r["__pos"]),
+        sorted(current.toArrow().to_pylist(), key=lambda r: r["id"]),
+    )
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "delta"])
+def test_landing_the_same_staged_batch_twice_changes_nothing(tmp_path: Path, fmt: str) -> None:
+    spark = spark_session(SparkConfig(master=SPARK_MASTER), delta=True)
+    staging = StagingArea(tmp_path / "staging")
+    staging.open()
+    lander = Lander(spark, str(tmp_path / "lake"), fmt, compact_min_rows=3)
+    first = [event("r", k, 10 + k) for k in range(6)]
+    second = [event("u", 1, 100, "y"), event("d", 2, 101), event("c", 7, 102)]
+    b1 = staging.stage(1, [(TABLE, ["id"], events_to_landed(SCHEMA, ["id"], first, 1))])
+    b2 = staging.stage(2, [(TABLE, ["id"], events_to_landed(SCHEMA, ["id"], second, 2))])
+    lander.land([b1])
+    lander.land([b2])
+    once = contents(lander)
+    lander.land([b2])  # again: a crash before the staged batch was removed
+    assert contents(lander) == once
+    lander.land([b1, b2])  # again, grouped differently
+    assert contents(lander) == once
+    changelog, current = once
+    assert [r["__op"] for r in changelog] == ["r"] * 6 + ["u", "d", "c"]
+    assert [(r["id"], r["name"]) for r in current] == [
+        (0, "x"),
+        (1, "y"),
+        (3, "x"),
+        (4, "x"),
+        (5, "x"),
+        (7, "x"),
+    ]
+
+
+# --- crashes with the real engine ---------------------------------------------------------
+
+# Runs `snapshotter run` with the lander held at one point, so the test can kill the process
+# there with SIGKILL: "stage" blocks every landing (batches are staged and recorded, never
+# landed); "landed" lets the first landing finish and blocks before its staged batches are
+# removed.
+_CRASHING_RUN = """
+import sys, time
+from snapshotter.cli import main
+from snapshotter.landing import lander, staging
+
+where = sys.argv[1]
+if where == "stage":
+    lander.Lander.land = lambda self, batches: time.sleep(3600)
+else:
+    staging.StagingArea.remove = lambda self, batch: time.sleep(3600)
+sys.exit(main(["run", "-c", sys.argv[2]]))
+"""
+
+
+def _saved(cap: Capture) -> dict[str, Any]:
+    path = cap.directory / "state" / "state.json"
+    if not path.exists():
+        return {}
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+@pytest.mark.parametrize("where", ["stage", "landed"])
+def test_a_crash_between_staging_and_landing_relands_without_duplicates(
+    capture: Any, where: str
+) -> None:
+    cap: Capture = capture(chunk_size=500, sink="spark")
+    cap.sql(f'CREATE TABLE "{cap.schema}".items (id bigint PRIMARY KEY, name text)')
+    cap.sql(
+        f"INSERT INTO \"{cap.schema}\".items SELECT g, 'n' || g FROM generate_series(1, 5000) g"
+    )
+    cap.init()
+    cap.execute(f"{cap.schema}.items")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _CRASHING_RUN, where, str(cap.config_path)],
+        cwd=cap.directory,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        staged_dirs: list[Path] = []
+        while time.monotonic() < deadline:
+            cap.sql(f"UPDATE \"{cap.schema}\".items SET name = name || '+' WHERE id % 97 = 0", None)
+            staged = _saved(cap).get("sink", {}).get("staged", 0)
+            staged_dirs = sorted((cap.directory / "state" / "staging").glob("batch-*"))
+            if staged >= 3 and len(staged_dirs) >= 2:
+                break
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            time.sleep(0.5)
+        else:
+            raise AssertionError("the engine staged no batches within 180 s")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    assert staged_dirs, "the crash left staged batches to land"
+    # Restart: the staged batches land first, then the engine goes on to the end.
+    assert cap.run(timeout=300) == 0
+    assert not list((cap.directory / "state" / "staging").glob("batch-*"))
+    lander = cap.lander()
+    changelog = lander.changelog(cap.table_id("items"))
+    assert changelog is not None
+    positions = [r["__pos"] for r in changelog.select("__pos").toArrow().to_pylist()]
+    assert len(positions) == len(set(positions)), "an event landed twice"
+    landed = cap.landed_rows("items")
+    expected = cap.source_rows("items")
+    assert landed == expected
+    current = lander.current_state(cap.table_id("items"))
+    assert current is not None and sorted(data_columns(current)) == ["id", "name"]
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "delta"])
+def test_unchanged_toast_values_land_from_the_previous_state(capture: Any, fmt: str) -> None:
+    cap: Capture = capture(chunk_size=100, sink="spark", sink_format=fmt)
+    s = f'"{cap.schema}"'
+    cap.sql(f"CREATE TABLE {s}.docs (id int PRIMARY KEY, n int, big text)")
+    cap.sql(f"ALTER TABLE {s}.docs ALTER COLUMN big SET STORAGE EXTERNAL")  # out of line
+    cap.sql(
+        f"INSERT INTO {s}.docs SELECT g, 0, repeat(md5(g::text), 400) "
+        "FROM generate_series(1, 300) g"
+    )
+    cap.init()
+    cap.execute(f"{cap.schema}.docs")
+    assert cap.run(timeout=300) == 0
+    # Updates that leave the large value alone: the log marks it unchanged, not its value.
+    cap.sql(f"UPDATE {s}.docs SET n = n + 1 WHERE id <= 100")
+    cap.sql(f"UPDATE {s}.docs SET n = n + 1 WHERE id <= 50")
+    assert cap.run(timeout=300) == 0
+    changelog = cap.lander().changelog(cap.table_id("docs"))
+    assert changelog is not None
+    marked = changelog.where("__op = 'u'").select("__unavailable").toArrow().to_pylist()
+    assert len(marked) == 150 and all(r["__unavailable"] == ["big"] for r in marked)
+    assert cap.landed_rows("docs") == cap.source_rows("docs")
