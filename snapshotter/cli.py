@@ -361,21 +361,64 @@ def _lag_bytes(config: Config, resume: dict[str, Any]) -> int | None:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    config = _config(args)
+    if config.sink.kind == "spark":
+        return _verify_landed(config, args.tables, as_json=args.json)
+    return _verify_jsonl(config, args.tables, as_json=args.json)
+
+
+def _verify_jsonl(config: Config, names: Sequence[str], *, as_json: bool) -> int:
     from signals.names import TableNameError, parse_table_name
     from snapshotter.convergence import check_table
     from snapshotter.dialects.base import TableError
+    from snapshotter.landing.verify import verdict_json
     from snapshotter.verify import VerifyError
 
-    config = _config(args)
+    if not names:
+        raise CliError("name the tables to verify (the jsonl sink verifies named tables)", 2)
     failed = False
-    for name in args.tables:
+    results: list[dict[str, Any]] = []
+    for name in names:
         try:
             verdict = check_table(config, parse_table_name(name))
         except (TableNameError, TableError, VerifyError, OSError) as exc:
             raise CliError(f"{name}: {exc}") from None
         failed = failed or not verdict.ok
+        if as_json:
+            results.append({"table": name, **verdict_json(verdict)})
+            continue
         colour = "green" if verdict.ok else "red"
         out.print(f"[{colour}]{escape(name)}: {escape(verdict.render())}[/{colour}]")
+    if as_json:
+        out.print_json(json.dumps(results))
+    return 1 if failed else 0
+
+
+def _verify_landed(config: Config, names: Sequence[str], *, as_json: bool) -> int:
+    """Each table against its landed current state; a table that cannot be compared is
+    reported and the others still are. Exit 1 if any diverges or fails."""
+    from signals.names import TableNameError
+    from snapshotter.dialects.base import TableError
+    from snapshotter.landing.lander import LandingError
+    from snapshotter.landing.verify import verify_landed
+    from snapshotter.verify import VerifyError
+
+    failed = False
+    results: list[dict[str, Any]] = []
+    err.print(escape(f"verifying against the landed state under {config.sink.path}"))
+    try:
+        for outcome in verify_landed(config, names):
+            failed = failed or not outcome.ok
+            if as_json:
+                results.append(outcome.to_json())
+                continue
+            colour = "green" if outcome.ok else "red"
+            text = f"{outcome.table}: {outcome.render()}"
+            out.print(f"[{colour}]{escape(text)}[/{colour}]")
+    except (TableNameError, TableError, LandingError, VerifyError, OSError) as exc:
+        raise CliError(str(exc)) from None
+    if as_json:
+        out.print_json(json.dumps(results))
     return 1 if failed else 0
 
 
@@ -444,7 +487,14 @@ def build_parser() -> argparse.ArgumentParser:
             help="compare the sink's output with the tables, row by row (after catching up)",
         )
     )
-    verify.add_argument("tables", nargs="+", metavar="TABLE")
+    verify.add_argument(
+        "tables",
+        nargs="*",
+        metavar="TABLE",
+        help="tables to verify (spark sink: default every landed table and every table of "
+        "source.tables)",
+    )
+    verify.add_argument("--json", action="store_true", help="print JSON")
     verify.set_defaults(func=cmd_verify)
 
     signals = with_config(sub.add_parser("signals", help="list the signal table, parsed"))

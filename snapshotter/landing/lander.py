@@ -246,9 +246,26 @@ class Lander:
         meta.landed_through = max(meta.landed_through, hi)
         meta.tail_rows += sum(s.rows for s in staged)
         self._save_meta(table, meta)
-        return self.format == "parquet" and meta.tail_rows >= max(
-            self.compact_min_rows, self.compact_ratio * meta.base_rows
-        )
+        return self.compaction_due(meta)
+
+    def compaction_due(self, meta: TableMeta, *, idle: bool = False) -> bool:
+        """Whether the tail is worth folding into a new base: while landing, once it reaches
+        ``compact_ratio`` of the base and ``compact_min_rows``; when idle (the sink closes),
+        the minimum does not apply, so ``current/`` is a plain, exact table after a run."""
+        if self.format != "parquet" or meta.tail_rows == 0 or meta.base == meta.landed_through:
+            return False
+        least = 1 if idle else self.compact_min_rows
+        return meta.tail_rows >= max(least, self.compact_ratio * meta.base_rows)
+
+    def compact_idle(self) -> list[TableId]:
+        """Compact every table whose tail is due (see ``compaction_due``); the sink calls this
+        when it closes."""
+        done = []
+        for table, meta in list(self._metas.items()):
+            if self.compaction_due(meta, idle=True):
+                self.compact(table)
+                done.append(table)
+        return done
 
     def _land_parquet(self, table: TableId, batch: DataFrame) -> None:
         (

@@ -180,6 +180,13 @@ class SparkSink:
             self._thread.join()
             self._thread = None
         self._check()
+        if self._lander is not None:
+            # Idle now: fold what a table's tail holds into its base, so current/ is a plain,
+            # exact table after a run (bounded: only tails at compact_ratio of their base).
+            try:
+                self._lander.compact_idle()
+            except Exception as exc:  # the data is landed; compaction can wait for next time
+                log.warning("compacting the current state at close failed: %s", _first_line(exc))
 
     # ------------------------------------------------------------------ staging
 

@@ -136,6 +136,18 @@ dir = "state"
         spark = spark_session(config.spark, delta=config.sink.format == "delta")
         return Lander(spark, config.sink.path, config.sink.format)
 
+    def verify_landed(self, table: str) -> Any:
+        """``snapshotter verify`` for the spark sink: the table against its landed current
+        state, by key-hash buckets narrowed down to keys."""
+        from snapshotter.landing.verify import LandedVerifier
+        from snapshotter.runner import open_dialect
+
+        dialect = open_dialect(self.config)
+        try:
+            return LandedVerifier(dialect, self.lander()).verify(self.table_id(table))
+        finally:
+            dialect.close()
+
     def landed_rows(self, table: str) -> dict[str, dict[str, Any]]:
         """The landed current state of ``table``, read with Spark: canonical key -> row
         (data columns only, as Python values)."""

@@ -781,6 +781,9 @@ def test_the_spark_sink_converges_under_a_concurrent_random_writer(
     timer = Timer()
     cap = source.capture(chunk_size=CHUNK, sink="spark")
     table, _, pacer = snapshot_under_writer(source, cap, scenario, timer, timeout=240)
+    verdict = cap.verify_landed(table.name)
+    assert verdict.ok, verdict.render()
+    timer.mark("verify")
     landed = cap.landed_rows(table.name)
     expected = cap.source_rows(table.name)
     timer.mark("read back")
@@ -799,6 +802,45 @@ def test_the_spark_sink_converges_under_a_concurrent_random_writer(
     assert state_of(cap, table.name) == "done"
     assert pacer.during >= CHANGES
     assert all(counts.get(k, 0) > 0 for k in "rcud"), counts
+    if scenario == "items":
+        tampered = tamper_with_a_landed_row(cap, table.name)
+        verdict = cap.verify_landed(table.name)
+        assert not verdict.ok
+        v = verdict.verdict
+        assert (v.missing, v.extra, v.differing) == (0, 0, 1), verdict.render()
+        assert dict(v.differing_examples[0].key) == tampered
+        assert f"differ: key {json.dumps(tampered)}" in verdict.render()
+
+
+def tamper_with_a_landed_row(cap: Capture, table: str) -> dict[str, Any]:
+    """Fold the landed changelog into the current state's base (parquet), then change one
+    value of one row in a base file behind the lander's back; returns that row's key."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    lander = cap.lander()
+    table_id = cap.table_id(table)
+    lander.compact(table_id)
+    meta = lander.meta(table_id)
+    base = Path(lander.table_path(table_id)) / "current" / f"v={meta.base:012d}"
+    path = sorted(p for p in base.glob("*.parquet") if pq.read_metadata(p).num_rows)[0]
+    data = pq.read_table(path)
+    rows = data.to_pylist()
+    key = cap.key_of(table)
+    column = next(
+        c
+        for c in data.column_names
+        if c not in key
+        and not c.startswith("__")
+        and isinstance(rows[0][c], str | int)
+        and not isinstance(rows[0][c], bool)
+    )
+    value = rows[0][column]
+    rows[0][column] = value + "!" if isinstance(value, str) else value + 1
+    pq.write_table(pa.Table.from_pylist(rows, schema=data.schema), path)
+    # Hadoop's local file system keeps a checksum beside each file: the tamperer drops it.
+    (path.parent / f".{path.name}.crc").unlink(missing_ok=True)
+    return {k: rows[0][k] for k in key}
 
 
 # --- 2. hot keys ------------------------------------------------------------------------------
