@@ -310,6 +310,26 @@ def _print_summary(config: Config) -> None:
         err.print(escape(line + (f" ({p.error})" if p.error else "")))
 
 
+def _landing_status(config: Config, sink: dict[str, Any]) -> dict[str, Any]:
+    """The spark sink's side of status: what state recorded as staged, and what waits in the
+    staging directory for the lander (read without Spark)."""
+    from snapshotter.landing.staging import StagingArea, StagingError
+
+    area = StagingArea(config.staging_dir)
+    try:
+        waiting = area.batches() if config.staging_dir.exists() else []
+    except StagingError as exc:
+        raise CliError(str(exc)) from None
+    return {
+        "path": config.sink.path,
+        "format": config.sink.format,
+        "staged": sink.get("staged", 0),
+        "staging": str(config.staging_dir),
+        "waiting_batches": len(waiting),
+        "waiting_bytes": sum(b.bytes for b in waiting),
+    }
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from snapshotter.runner import state_path
     from snapshotter.status import status_report
@@ -322,6 +342,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     lag = _lag_bytes(config, state.stream.resume)
     report = status_report(state, lag)
+    if config.sink.kind == "spark":
+        report["landing"] = _landing_status(config, state.sink)
     if args.json:
         out.print_json(json.dumps(report))
         return 0
@@ -341,6 +363,15 @@ def cmd_status(args: argparse.Namespace) -> int:
     out.print(table)
     stream = report["stream"]
     out.print(escape(f"stream position {stream['position']}, lag {stream['lag_bytes']} bytes"))
+    landing = report.get("landing")
+    if landing is not None:
+        out.print(
+            escape(
+                f"landing: batch {landing['staged']} staged (recorded); "
+                f"{landing['waiting_batches']} batch(es), {landing['waiting_bytes']} bytes "
+                f"staged and not yet landed ({landing['staging']})"
+            )
+        )
     for problem in report["signal_problems"]:
         out.print(escape(f"signal {problem['signal_id']} ({problem['type']}): {problem['error']}"))
     return 0
