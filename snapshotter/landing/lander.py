@@ -170,16 +170,7 @@ class Lander:
 
     def tables(self) -> list[TableId]:
         """Tables with landed data."""
-        found = []
-        selector = pafs.FileSelector(self._fs_root, allow_not_found=True)
-        for info in self._fs.get_file_info(selector):
-            if info.type is pafs.FileType.Directory:
-                meta_path = f"{info.path}/{META_FILE}"
-                if self._fs.get_file_info(meta_path).type is pafs.FileType.File:
-                    with self._fs.open_input_stream(meta_path) as f:
-                        meta = TableMeta.from_json(f.read().decode("utf-8"), meta_path)
-                    found.append(TableId(meta.schema, meta.table))
-        return sorted(found, key=str)
+        return landed_tables(self.root)
 
     # ------------------------------------------------------------------ landing
 
@@ -403,6 +394,20 @@ class Lander:
         if self.format == "delta":
             return self.spark.read.format("delta").load(path)
         return self.spark.read.option("mergeSchema", "true").parquet(path)
+
+
+def landed_tables(root: str) -> list[TableId]:
+    """Tables with landed data under ``root`` (read without Spark)."""
+    fs, fs_root = pafs.FileSystem.from_uri(root.rstrip("/"))
+    found = []
+    for info in fs.get_file_info(pafs.FileSelector(fs_root, allow_not_found=True)):
+        if info.type is pafs.FileType.Directory:
+            meta_path = f"{info.path}/{META_FILE}"
+            if fs.get_file_info(meta_path).type is pafs.FileType.File:
+                with fs.open_input_stream(meta_path) as f:
+                    meta = TableMeta.from_json(f.read().decode("utf-8"), meta_path)
+                found.append(TableId(meta.schema, meta.table))
+    return sorted(found, key=str)
 
 
 def reduce_latest(

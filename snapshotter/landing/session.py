@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import threading
 from typing import TYPE_CHECKING
 
@@ -101,7 +102,15 @@ def spark_session(config: SparkConfig, *, delta: bool = False) -> SparkSession:
         for key, value in conf.items():
             builder = builder.config(key, value)
         log.info("starting Spark (master %s%s)", config.master, ", Delta" if delta else "")
-        session = builder.getOrCreate()
+        # PySpark replaces the SIGINT handler when it starts on the main thread; keep ours
+        # (the engine stops at a transaction boundary on SIGINT).
+        on_main = threading.current_thread() is threading.main_thread()
+        previous = signal.getsignal(signal.SIGINT) if on_main else None
+        try:
+            session = builder.getOrCreate()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
         if not config.master.startswith("sc://"):
             session.sparkContext.setLogLevel("WARN")
         _session, _with_delta = session, delta

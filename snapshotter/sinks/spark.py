@@ -10,8 +10,9 @@ Flow, per checkpoint (the engine asks for one about every second, at transaction
 Rows never pass through Python into Spark one by one: the engine writes Arrow tables with
 pyarrow, and Spark reads the staged files in bulk.
 
-* The stream does not wait for Spark: staging is local and takes milliseconds; landing runs
-  on its own thread. Backpressure: when more than ``max_staged_bytes`` are staged and not yet
+* The stream does not wait for Spark: staging is local and takes milliseconds; Spark starts
+  and lands on its own thread (only batches left staged by the last run are landed before
+  the stream starts). Backpressure: when more than ``max_staged_bytes`` are staged and not yet
   landed, ``checkpoint`` waits for the lander (the engine then reads no further log).
 * Durability: the state records a batch (``{"staged": N}``) only after its files are fsynced
   and renamed into place, so it never records what was not staged. On restart, batches staged
@@ -35,7 +36,7 @@ from signals.names import TableId
 from snapshotter.config import Config
 from snapshotter.core.events import ChangeEvent
 from snapshotter.dialects.base import TableSchema
-from snapshotter.landing.lander import Landed, Lander, LandingError
+from snapshotter.landing.lander import Landed, Lander, LandingError, landed_tables
 from snapshotter.landing.staging import StagedBatch, StagingArea
 from snapshotter.landing.types import events_to_landed, unknown_columns
 from snapshotter.sinks.base import Ack
@@ -123,10 +124,9 @@ class SparkSink:
         if self._thread is not None:
             raise SparkSinkError("the Spark sink is already open")
         self._staging.open()
-        lander = self._lander = self._open_lander()
         recorded = 0
         if resume is None:
-            landed = lander.tables()
+            landed = landed_tables(self._root)
             if landed:
                 raise SparkSinkError(
                     f"{self._root} holds landed tables ({', '.join(map(str, landed[:3]))}"
@@ -143,7 +143,9 @@ class SparkSink:
             )
         waiting = self._staging.batches()
         if waiting:
-            # Before anything else: what the state recorded must land first, in order.
+            # Before anything else: what the state recorded must land first, in order. (Else
+            # Spark starts on the lander's thread: the stream need not wait for it.)
+            self._lander = self._open_lander()
             log.info("landing %d staged batch(es) left by the last run", len(waiting))
             self._land_now(waiting)
         self._seq = recorded
@@ -296,6 +298,15 @@ class SparkSink:
         )
 
     def _run_lander(self) -> None:
+        if self._lander is None:
+            try:
+                self._lander = self._open_lander()
+            except Exception as exc:
+                with self._cond:
+                    self._failure = f"starting Spark failed: {_first_line(exc)}"
+                    self._cond.notify_all()
+                log.error("%s", self._failure)
+                return
         while True:
             with self._cond:
                 while not self._queue and not self._closing:
