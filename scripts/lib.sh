@@ -18,3 +18,13 @@ project_python() {
     printf '%s\n' "${PYTHON:-python3}"
   fi
 }
+
+# The Apache Kafka broker scripts/services runs locally (no Docker): this version's jars from
+# Maven Central (org.apache.kafka:kafka_2.13), provisioned once by scripts/kafka-jars into
+# kafka_jars_dir, started with the machine's Java (>= 17). docker-compose.yml's kafka image
+# carries the same version.
+SNAPSHOTTER_KAFKA_VERSION=4.3.1
+
+kafka_jars_dir() {
+  printf '%s\n' "${SNAPSHOTTER_JARS:-$HOME/.cache/snapshotter/jars}/kafka-$SNAPSHOTTER_KAFKA_VERSION"
+}

@@ -131,3 +131,21 @@ def mysql_db(mysql_engine: sa.Engine) -> Iterator[str]:
     yield name
     with mysql_engine.begin() as conn:
         conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {quoted}")
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> str:
+    """A single-node Kafka broker's bootstrap address (scripts/services up kafka)."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    bootstrap = _service_url("kafka", "SNAPSHOTTER_KAFKA_BOOTSTRAP")
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000)
+        try:
+            admin.list_topics()
+        finally:
+            admin.close()
+    except KafkaError as exc:
+        _unavailable("kafka", str(exc))
+    return bootstrap
