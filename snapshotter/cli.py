@@ -402,8 +402,7 @@ def _verify_jsonl(config: Config, names: Sequence[str], *, as_json: bool) -> int
     from signals.names import TableNameError, parse_table_name
     from snapshotter.convergence import check_table
     from snapshotter.dialects.base import TableError
-    from snapshotter.landing.verify import verdict_json
-    from snapshotter.verify import VerifyError
+    from snapshotter.verify import VerifyError, verdict_json
 
     if not names:
         raise CliError("name the tables to verify (the jsonl sink verifies named tables)", 2)

@@ -353,3 +353,34 @@ def _column_diffs(expected: dict[str, Any], actual: dict[str, Any]) -> tuple[Col
         if a is ABSENT or b is ABSENT or canonical(a) != canonical(b):
             diffs.append(ColumnDiff(column, a, b))
     return tuple(diffs)
+
+
+def verdict_json(verdict: Verdict) -> dict[str, Any]:
+    """A verdict (either sink) as plain JSON; ``table_rows`` are the source's rows and
+    ``output_rows`` the sink's."""
+
+    def column(diff: ColumnDiff) -> dict[str, Any]:
+        out = {"column": diff.column}
+        for side, value in (("table", diff.table), ("output", diff.output)):
+            if value is not ABSENT:
+                out[side] = value
+        return out
+
+    return {
+        "ok": verdict.ok,
+        "table_rows": verdict.table_rows,
+        "output_rows": verdict.output_rows,
+        "missing": verdict.missing,
+        "extra": verdict.extra,
+        "differing": verdict.differing,
+        "missing_examples": [dict(k) for k in verdict.missing_examples],
+        "extra_examples": [dict(k) for k in verdict.extra_examples],
+        "differing_examples": [
+            {"key": dict(d.key), "columns": [column(c) for c in d.columns]}
+            for d in verdict.differing_examples
+        ],
+        "position_regressions": [
+            {"key": dict(v.key), "previous": v.previous, "pos": v.pos, "line": v.line}
+            for v in verdict.pos_violations
+        ],
+    }

@@ -42,9 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
@@ -472,28 +470,11 @@ def _all(conditions: list[Column]) -> Column:
 
 
 def _last_truncate(staged: Sequence[StagedTable]) -> str | None:
-    last: str | None = None
-    for s in staged:
-        if not s.truncates:
-            continue
-        data = pq.read_table(s.file, columns=[OP, POS])
-        positions = pc.filter(data.column(POS), pc.equal(data.column(OP), "t"))
-        top = pc.max(positions).as_py()
-        if top is not None and (last is None or top > last):
-            last = top
-    return last
+    return max((s.truncated_at for s in staged if s.truncated_at is not None), default=None)
 
 
 def _unavailable_columns(staged: Sequence[StagedTable]) -> list[str]:
-    found: list[str] = []
-    for s in staged:
-        if not s.unavailable:
-            continue
-        data = pq.read_table(s.file, columns=[UNAVAILABLE])
-        for name in pc.unique(pc.list_flatten(data.column(UNAVAILABLE))).to_pylist():
-            if name is not None and name not in found:
-                found.append(name)
-    return found
+    return list(dict.fromkeys(c for s in staged for c in s.unavailable))
 
 
 __all__ = ["Landed", "Lander", "LandingError", "TableMeta", "quote", "reduce_latest"]

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from signals.names import TableId
-from snapshotter.landing.types import OP, UNAVAILABLE
+from snapshotter.landing.types import OP, POS, UNAVAILABLE
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
@@ -41,8 +41,9 @@ class StagedTable:
     key_columns: tuple[str, ...]
     file: Path
     rows: int
-    truncates: bool  # the batch truncates the table
-    unavailable: bool  # some rows lack values the log did not carry (unchanged TOAST)
+    truncated_at: str | None  # the position of the batch's last truncate of the table
+    # Columns some rows lack because the log did not carry them (unchanged TOAST values).
+    unavailable: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,16 +101,23 @@ class StagingArea:
                 _fsync_path(path)
                 size = path.stat().st_size
                 total += size
-                truncates = bool(pc.any(pc.equal(data.column(OP), "t")).as_py() or False)
-                unavailable = data.column(UNAVAILABLE).null_count < data.num_rows
+                # Said in the manifest, so the lander need not read the files to know.
+                truncated_at = pc.max(
+                    pc.filter(data.column(POS), pc.equal(data.column(OP), "t"))
+                ).as_py()
+                unavailable = tuple(
+                    name
+                    for name in pc.unique(pc.list_flatten(data.column(UNAVAILABLE))).to_pylist()
+                    if name is not None
+                )
                 entries.append(
                     {
                         "table": _table_json(table),
                         "key_columns": list(key_columns),
                         "file": name,
                         "rows": data.num_rows,
-                        "truncates": truncates,
-                        "unavailable": unavailable,
+                        "truncated_at": truncated_at,
+                        "unavailable": list(unavailable),
                     }
                 )
                 staged.append(
@@ -118,7 +126,7 @@ class StagingArea:
                         tuple(key_columns),
                         final / name,
                         data.num_rows,
-                        truncates,
+                        truncated_at,
                         unavailable,
                     )
                 )
@@ -176,8 +184,8 @@ class StagingArea:
                     tuple(e["key_columns"]),
                     path / e["file"],
                     int(e["rows"]),
-                    bool(e["truncates"]),
-                    bool(e["unavailable"]),
+                    e["truncated_at"],
+                    tuple(e["unavailable"]),
                 )
                 for e in raw["tables"]
             )

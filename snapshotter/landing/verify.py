@@ -54,13 +54,13 @@ from snapshotter.config import Config
 from snapshotter.dialects.base import Dialect, TableError, TableSchema
 from snapshotter.landing.types import META_COLUMNS, landed_columns, rows_to_landed
 from snapshotter.verify import (
-    ABSENT,
     ColumnDiff,
     RowDiff,
     Verdict,
     VerifyError,
     as_json_row,
     canonical,
+    verdict_json,
 )
 
 if TYPE_CHECKING:  # pyspark is imported where Spark is used: hashing and JSON need none
@@ -621,37 +621,6 @@ class LandedVerdict:
         }
 
 
-def verdict_json(verdict: Verdict) -> dict[str, Any]:
-    """A verdict (either sink) as plain JSON; ``table_rows`` are the source's rows and
-    ``output_rows`` the sink's."""
-
-    def column(diff: ColumnDiff) -> dict[str, Any]:
-        out = {"column": diff.column}
-        for side, value in (("table", diff.table), ("output", diff.output)):
-            if value is not ABSENT:
-                out[side] = value
-        return out
-
-    return {
-        "ok": verdict.ok,
-        "table_rows": verdict.table_rows,
-        "output_rows": verdict.output_rows,
-        "missing": verdict.missing,
-        "extra": verdict.extra,
-        "differing": verdict.differing,
-        "missing_examples": [dict(k) for k in verdict.missing_examples],
-        "extra_examples": [dict(k) for k in verdict.extra_examples],
-        "differing_examples": [
-            {"key": dict(d.key), "columns": [column(c) for c in d.columns]}
-            for d in verdict.differing_examples
-        ],
-        "position_regressions": [
-            {"key": dict(v.key), "previous": v.previous, "pos": v.pos, "line": v.line}
-            for v in verdict.pos_violations
-        ],
-    }
-
-
 @dataclass(frozen=True, slots=True)
 class TableFailure:
     """A table that could not be compared; ``error`` says why and what to do."""
@@ -880,6 +849,5 @@ __all__ = [
     "TableFailure",
     "hash_rows",
     "value_hashes",
-    "verdict_json",
     "verify_landed",
 ]
