@@ -402,16 +402,19 @@ def _verify_jsonl(config: Config, names: Sequence[str], *, as_json: bool) -> int
     from signals.names import TableNameError, parse_table_name
     from snapshotter.convergence import check_table
     from snapshotter.dialects.base import TableError
+    from snapshotter.sinks.kafka import KafkaSinkError
     from snapshotter.verify import VerifyError, verdict_json
 
     if not names:
-        raise CliError("name the tables to verify (the jsonl sink verifies named tables)", 2)
+        raise CliError(
+            f"name the tables to verify (the {config.sink.kind} sink verifies named tables)", 2
+        )
     failed = False
     results: list[dict[str, Any]] = []
     for name in names:
         try:
             verdict = check_table(config, parse_table_name(name))
-        except (TableNameError, TableError, VerifyError, OSError) as exc:
+        except (TableNameError, TableError, VerifyError, KafkaSinkError, OSError) as exc:
             raise CliError(f"{name}: {exc}") from None
         failed = failed or not verdict.ok
         if as_json:

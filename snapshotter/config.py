@@ -19,7 +19,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import sqlalchemy as sa
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from signals.names import TableId, TableNameError, parse_table_name, parse_table_selector
 
@@ -109,10 +116,34 @@ def is_uri(path: str) -> bool:
     return bool(_URI.match(path))
 
 
+# Kafka client settings the sink sets itself: the ordering and durability promises rest on
+# them (or they are given by other [sink] keys).
+KAFKA_RESERVED = frozenset(
+    {
+        "bootstrap_servers",
+        "acks",
+        "enable_idempotence",
+        "retries",
+        "max_in_flight_requests_per_connection",
+        "key_serializer",
+        "value_serializer",
+        "partitioner",
+        "transactional_id",
+        "group_id",
+        "enable_auto_commit",
+        "auto_offset_reset",
+        "key_deserializer",
+        "value_deserializer",
+        "isolation_level",
+    }
+)
+
+
 class SinkConfig(_Section):
     # "jsonl": one JSON line per event in a local file. "spark": staged Parquet landed by
-    # Spark into a changelog and a current-state table per source table.
-    kind: Literal["jsonl", "spark"] = "jsonl"
+    # Spark into a changelog and a current-state table per source table. "kafka": one topic
+    # per table, Debezium's message shapes.
+    kind: Literal["jsonl", "spark", "kafka"] = "jsonl"
     # jsonl: the file. spark: the landing root, a local path or any Hadoop-compatible URI.
     # Unset: "snapshotter-events.jsonl" (jsonl) or "lake" (spark).
     path: str = ""
@@ -128,6 +159,58 @@ class SinkConfig(_Section):
     # its last compaction reach this fraction of its rows (and at least compact_min_rows).
     compact_ratio: float = Field(default=0.5, gt=0)
     compact_min_rows: int = Field(default=100_000, ge=0)
+    # kafka: the brokers, "host:port[,host:port...]".
+    bootstrap_servers: str = ""
+    # kafka: partitions and replication factor of the topics the sink creates (existing
+    # topics are used as they are).
+    partitions: int = Field(default=1, ge=1)
+    replication: int = Field(default=1, ge=1)
+    # kafka: wrap keys and values as {"schema": ..., "payload": ...}, as Kafka Connect's
+    # JsonConverter does with schemas.enable=true.
+    schemas: bool = False
+    # kafka: JSON columns as the document itself ("embedded", as the jsonl sink writes them)
+    # or as a string holding its text ("text", as Debezium does). Unset: "text" with
+    # schemas (a Connect schema cannot describe an arbitrary document), else "embedded".
+    json_columns: Literal["embedded", "text"] | None = None
+    # kafka: more kafka-python client settings (security_protocol, sasl_*, ssl_*, linger_ms,
+    # compression_type...); each client (producer, admin, the verify consumer) takes the
+    # ones it knows.
+    kafka: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+    @field_validator("kafka")
+    @classmethod
+    def _not_reserved(
+        cls, value: dict[str, str | int | float | bool]
+    ) -> dict[str, str | int | float | bool]:
+        reserved = sorted(KAFKA_RESERVED & set(value))
+        if reserved:
+            raise ValueError(
+                f"{', '.join(reserved)}: set by the sink itself (bootstrap_servers is a [sink] "
+                "key; acks=all and idempotence keep each key's events in order and durable)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _kafka_settings(self) -> SinkConfig:
+        if self.kind != "kafka":
+            return self
+        if not self.bootstrap_servers.strip():
+            raise ValueError(
+                'the kafka sink needs bootstrap_servers, e.g. bootstrap_servers = "host:9092"'
+            )
+        if self.schemas and self.json_columns == "embedded":
+            raise ValueError(
+                'json_columns = "embedded" cannot go with schemas = true: a Connect schema '
+                'cannot describe an arbitrary JSON document; use json_columns = "text"'
+            )
+        return self
+
+    @property
+    def json_as_text(self) -> bool:
+        """kafka: whether JSON columns are written as strings holding their text."""
+        if self.json_columns is None:
+            return self.schemas
+        return self.json_columns == "text"
 
     @property
     def local_path(self) -> Path:

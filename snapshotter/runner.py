@@ -88,6 +88,21 @@ def open_sink(
         from snapshotter.sinks.spark import SparkSink
 
         return SparkSink.from_config(config, describe=dialect.describe, key_columns=key_names)
+    if config.sink.kind == "kafka":
+        from snapshotter.sinks.kafka import KafkaSink
+
+        sink = config.sink
+        return KafkaSink(
+            bootstrap_servers=sink.bootstrap_servers,
+            topic_prefix=config.source.topic_prefix,
+            key_columns=key_names,
+            describe=dialect.describe,
+            partitions=sink.partitions,
+            replication=sink.replication,
+            schemas=sink.schemas,
+            json_as_text=sink.json_as_text,
+            settings=sink.kafka,
+        )
     return JsonlSink(config.sink.local_path, config.source.topic_prefix, key_columns=key_names)
 
 

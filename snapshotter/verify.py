@@ -51,7 +51,8 @@ class PosViolation:
     key: Mapping[str, Any]
     previous: str
     pos: str
-    line: int  # 1-based line number in the file
+    line: int  # 1-based line number in the file; Kafka: the message's offset
+    partition: int | None = None  # Kafka: the message's partition
 
 
 @dataclass(slots=True)
@@ -63,10 +64,25 @@ class Materialized:
     keys: dict[str, dict[str, Any]] = field(default_factory=dict)  # canonical key -> key object
     ops: Counter[str] = field(default_factory=Counter)  # events of the topic per op
     pos_violations: list[PosViolation] = field(default_factory=list)
+    # Kafka: events seen again (at least once after a restart); not a violation
+    repeats: int = 0
 
     @property
     def events(self) -> int:
         return sum(self.ops.values())
+
+    def remove(self, ck: str) -> None:
+        self.rows.pop(ck, None)
+        self.keys.pop(ck, None)
+
+    def put(self, ck: str, key: dict[str, Any], after: dict[str, Any]) -> None:
+        """Upsert a row. A column holding Debezium's unavailable-value placeholder keeps the
+        value the key had before (the placeholder stays only if there was none)."""
+        old = self.rows.get(ck)
+        if old is not None and UNAVAILABLE_VALUE in after.values():
+            after = {c: old.get(c, v) if v == UNAVAILABLE_VALUE else v for c, v in after.items()}
+        self.rows[ck] = after
+        self.keys[ck] = key
 
 
 def materialize(path: str | Path, topic: str) -> Materialized:
@@ -123,17 +139,12 @@ def _apply(
         out.pos_violations.append(PosViolation(key, previous, pos, line))
     last_pos[ck] = pos
     if op == "d":
-        out.rows.pop(ck, None)
-        out.keys.pop(ck, None)
+        out.remove(ck)
         return
     after = value.get("after")
     if not isinstance(after, dict):
         raise VerifyError(f"{where}: an {op!r} event without an 'after' row")
-    old = out.rows.get(ck)
-    if old is not None and UNAVAILABLE_VALUE in after.values():
-        after = {c: old.get(c, v) if v == UNAVAILABLE_VALUE else v for c, v in after.items()}
-    out.rows[ck] = after
-    out.keys[ck] = key
+    out.put(ck, key, after)
 
 
 # --- the table side -----------------------------------------------------------------------
@@ -246,6 +257,7 @@ class Verdict:
     extra_examples: tuple[Mapping[str, Any], ...]
     differing_examples: tuple[RowDiff, ...]
     pos_violations: tuple[PosViolation, ...]
+    repeats: int = 0  # Kafka: events delivered again after a restart (at least once)
 
     @property
     def ok(self) -> bool:
@@ -253,7 +265,8 @@ class Verdict:
 
     def render(self) -> str:
         if self.ok:
-            return f"converged: {self.table_rows} rows match"
+            again = f" ({self.repeats} events repeated, as at least once allows)"
+            return f"converged: {self.table_rows} rows match" + (again if self.repeats else "")
         counts = [
             f"{n} {label}"
             for n, label in (
@@ -279,9 +292,14 @@ class Verdict:
             )
             lines.append(f"  differ: key {_show(diff.key)}: {columns}")
         for v in self.pos_violations[:5]:
+            where = (
+                f"line {v.line}"
+                if v.partition is None
+                else f"partition {v.partition} offset {v.line}"
+            )
             lines.append(
                 f"  position went back: key {_show(v.key)}: pos {v.pos} after {v.previous} "
-                f"(line {v.line})"
+                f"({where})"
             )
         return "\n".join(lines)
 
@@ -341,6 +359,7 @@ def compare(
         extra_examples=tuple(materialized.keys[ck] for ck in extra_keys[:examples]),
         differing_examples=tuple(differing),
         pos_violations=tuple(materialized.pos_violations),
+        repeats=materialized.repeats,
     )
 
 
@@ -373,6 +392,7 @@ def verdict_json(verdict: Verdict) -> dict[str, Any]:
         "missing": verdict.missing,
         "extra": verdict.extra,
         "differing": verdict.differing,
+        "repeats": verdict.repeats,
         "missing_examples": [dict(k) for k in verdict.missing_examples],
         "extra_examples": [dict(k) for k in verdict.extra_examples],
         "differing_examples": [
@@ -381,6 +401,14 @@ def verdict_json(verdict: Verdict) -> dict[str, Any]:
         ],
         "position_regressions": [
             {"key": dict(v.key), "previous": v.previous, "pos": v.pos, "line": v.line}
+            if v.partition is None
+            else {
+                "key": dict(v.key),
+                "previous": v.previous,
+                "pos": v.pos,
+                "partition": v.partition,
+                "offset": v.line,
+            }
             for v in verdict.pos_violations
         ],
     }

@@ -7,6 +7,7 @@ way ``snapshotter run`` runs it (same ``run_engine``), with optional phase hooks
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import uuid
@@ -83,6 +84,8 @@ class Capture:
     kind: str = "postgres"  # or "mysql" (MariaDB here; MySQL 8 with docker compose)
     sink: str = "jsonl"  # or "spark": staged Parquet landed by Spark (local mode) into "lake"
     sink_format: str = "parquet"  # spark: or "delta"
+    kafka_partitions: int = 3  # kafka: several, so per-key order across partitions is tested
+    kafka_schemas: bool = False  # kafka: JsonConverter-style {"schema", "payload"} messages
 
     def __post_init__(self) -> None:
         tag = uuid.uuid4().hex[:10]
@@ -120,6 +123,13 @@ dir = "state"
     def _sink_config(self) -> str:
         if self.sink == "jsonl":
             return '[sink]\nkind = "jsonl"\npath = "events.jsonl"\n'
+        if self.sink == "kafka":
+            bootstrap = os.environ.get("SNAPSHOTTER_KAFKA_BOOTSTRAP", "127.0.0.1:59092")
+            return (
+                f'[sink]\nkind = "kafka"\nbootstrap_servers = "{bootstrap}"\n'
+                f"partitions = {self.kafka_partitions}\n"
+                f"schemas = {'true' if self.kafka_schemas else 'false'}\n"
+            )
         # One Spark session per test process (snapshotter.landing.session); local[2] as CI.
         return (
             f'[sink]\nkind = "spark"\npath = "lake"\nformat = "{self.sink_format}"\n'

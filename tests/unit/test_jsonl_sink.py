@@ -19,7 +19,7 @@ from signals.names import TableId
 from snapshotter.core.events import ChangeEvent, Op, SnapshotMarker, Source
 from snapshotter.core.position import Position
 from snapshotter.core.values import UNAVAILABLE_VALUE, RawJson
-from snapshotter.sinks import jsonl
+from snapshotter.sinks import encoding
 from snapshotter.sinks.counting import CountingSink
 from snapshotter.sinks.jsonl import JsonlSink, JsonlSinkError, encode_row
 from snapshotter.verify import ABSENT, as_json_row, canonical, compare, materialize
@@ -213,7 +213,7 @@ def test_rawjson_with_nan_takes_the_slow_path_and_stays_exact() -> None:
 
 
 def test_data_containing_the_placeholder_cannot_corrupt_output() -> None:
-    sneaky = jsonl._TOKEN
+    sneaky = encoding._TOKEN
     row = {"s": sneaky, "j": RawJson("[1]"), sneaky: f'x"{sneaky}'}
     text = encode_row(row)
     assert json.loads(text) == {"s": sneaky, "j": [1], sneaky: f'x"{sneaky}'}

@@ -1,0 +1,384 @@
+"""The Kafka sink: one topic per table, messages a consumer written for Debezium can read.
+
+* Topic ``<prefix>.<schema>.<table>`` (prefix: ``[source] name``), created on first use with
+  ``[sink] partitions`` and ``replication`` (an existing topic is used as it is).
+* Key: the primary key as JSON, ``{"id": 7}`` (Debezium's key shape); value: the envelope as
+  :mod:`snapshotter.sinks.encoding` writes it, the same text as the JSONL sink's ``value``.
+  With ``schemas = true`` both are wrapped as ``{"schema": ..., "payload": ...}`` (Kafka
+  Connect's JsonConverter with ``schemas.enable``; :mod:`snapshotter.sinks.connect_schema`).
+* A delete is followed by a tombstone (same key, null value), so a compacted topic can drop
+  the key. A truncate has no key: it is sent to every partition of the topic, so each
+  partition's consumer sees it in order with that partition's rows.
+* Order: the key's bytes choose the partition (murmur2, as Java clients do), so one key always
+  goes to one partition; the producer is idempotent with ``acks=all``, so retries can neither
+  reorder nor duplicate messages within a partition.
+* Durability: :meth:`KafkaSink.checkpoint` records the sends made since the previous one and
+  does not wait; :meth:`KafkaSink.acknowledged` returns a checkpoint once every send in it
+  (and in all before it) was acknowledged by the brokers, so the state records only what
+  Kafka has. A topic cannot be cut back: after a crash the log replays everything after the
+  last acknowledged checkpoint, and messages sent after it appear again (at least once;
+  a consumer that upserts by key converges, see :mod:`snapshotter.sinks.kafka_read`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from signals.names import TableId
+from snapshotter.core.events import ChangeEvent, Op
+from snapshotter.dialects.base import TableSchema
+from snapshotter.sinks import connect_schema
+from snapshotter.sinks.base import Ack
+from snapshotter.sinks.encoding import KeyMismatchError, encode_key, encode_value
+
+log = logging.getLogger(__name__)
+
+# Producer settings the user may change with [sink] kafka = {...}.
+PRODUCER_DEFAULTS: dict[str, Any] = {
+    "linger_ms": 20,  # fill batches: a change stream comes in bursts
+    "batch_size": 256 * 1024,
+    "max_request_size": 1024 * 1024,  # the broker's default message.max.bytes
+    "request_timeout_ms": 30_000,
+    "delivery_timeout_ms": 120_000,
+}
+# Settings the sink's promises rest on (config.KAFKA_RESERVED refuses overriding them).
+PRODUCER_FIXED: dict[str, Any] = {
+    "acks": "all",
+    "enable_idempotence": True,
+    "max_in_flight_requests_per_connection": 5,  # the most idempotence keeps in order
+}
+
+
+class KafkaSinkError(RuntimeError):
+    """The sink cannot go on; the message says why and what to do."""
+
+
+def client_settings(client: type, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings a kafka-python client class knows (each client refuses unknown ones)."""
+    known = getattr(client, "DEFAULT_CONFIG", {})
+    return {k: v for k, v in settings.items() if k in known}
+
+
+def topic_name(prefix: str, table: TableId) -> str:
+    if table.schema is None:
+        raise KafkaSinkError(f"event for table {table} without a schema")
+    return f"{prefix}.{table.schema}.{table.table}"
+
+
+@dataclass(slots=True)
+class _Topic:
+    name: str
+    partitions: int
+    # schemas mode: the table as described, and the serialized schemas
+    table: TableSchema | None = None
+    key_schema: str = ""
+    value_schemas: dict[tuple[str, ...], str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Checkpoint:
+    id: int
+    futures: list[Any]
+    done: int = 0  # futures[:done] are acknowledged
+
+
+class KafkaSink:
+    def __init__(
+        self,
+        *,
+        bootstrap_servers: str,
+        topic_prefix: str,
+        key_columns: Callable[[TableId], Sequence[str] | None],
+        describe: Callable[[TableId], TableSchema] | None = None,
+        partitions: int = 1,
+        replication: int = 1,
+        schemas: bool = False,
+        json_as_text: bool = False,
+        settings: Mapping[str, Any] | None = None,
+    ) -> None:
+        if schemas and describe is None:
+            raise ValueError("schemas = true needs describe (the table's columns)")
+        self._bootstrap = bootstrap_servers
+        self._prefix = topic_prefix
+        self._key_columns = key_columns
+        self._describe = describe
+        self._partitions = partitions
+        self._replication = replication
+        self._schemas = schemas
+        self._json_text = json_as_text
+        self._settings = dict(settings or {})
+        self._producer: Any = None
+        self._admin: Any = None
+        self._topics: dict[TableId, _Topic] = {}
+        self._sent: list[Any] = []  # futures since the last checkpoint
+        self._pending: deque[_Checkpoint] = deque()
+        self._checkpoint_id = 0
+        self._messages = 0  # acknowledged, over the sink's life (carried by resume)
+
+    # ------------------------------------------------------------------ Sink protocol
+
+    def open(self, resume: Mapping[str, Any] | None) -> None:
+        from kafka import KafkaProducer
+        from kafka.errors import KafkaError
+
+        if self._producer is not None:
+            raise KafkaSinkError("the Kafka sink is already open")
+        if resume:
+            self._messages = int(resume.get("messages", 0))
+            log.info(
+                "kafka: resuming after %d acknowledged messages; messages sent after the last "
+                "acknowledged checkpoint may appear twice (at least once)",
+                self._messages,
+            )
+        settings = {
+            **PRODUCER_DEFAULTS,
+            **client_settings(KafkaProducer, self._settings),
+            **PRODUCER_FIXED,
+        }
+        try:
+            self._producer = KafkaProducer(bootstrap_servers=self._servers(), **settings)
+        except KafkaError as exc:
+            raise KafkaSinkError(self._unreachable(exc)) from None
+
+    def write(self, events: Sequence[ChangeEvent]) -> None:
+        if self._producer is None:
+            raise KafkaSinkError("the Kafka sink is not open")
+        names: dict[TableId, tuple[str, ...]] = {}
+        for event in events:
+            self._send_event(event, names)
+
+    def checkpoint(self) -> int:
+        self._checkpoint_id += 1
+        self._pending.append(_Checkpoint(self._checkpoint_id, self._sent))
+        self._sent = []
+        return self._checkpoint_id
+
+    def acknowledged(self) -> list[Ack]:
+        acks = []
+        while self._pending:
+            head = self._pending[0]
+            futures = head.futures
+            while head.done < len(futures) and futures[head.done].is_done:
+                future = futures[head.done]
+                if future.failed():
+                    raise KafkaSinkError(self._refused(future.exception))
+                head.done += 1
+            if head.done < len(futures):
+                break
+            self._pending.popleft()
+            self._messages += len(futures)
+            acks.append(Ack(head.id, {"messages": self._messages}))
+        return acks
+
+    def close(self, timeout: float = 120.0) -> None:
+        if self._producer is None:
+            return
+        try:
+            self.checkpoint()
+            self._producer.flush(timeout=timeout)
+        finally:
+            try:
+                self._producer.close(timeout=5)
+            finally:
+                self._producer = None
+                if self._admin is not None:
+                    self._admin.close()
+                    self._admin = None
+
+    # ------------------------------------------------------------------ sending
+
+    def _send_event(self, event: ChangeEvent, names: dict[TableId, tuple[str, ...]]) -> None:
+        table = event.source.table
+        topic = self._topics.get(table) or self._open_topic(table)
+        if self._schemas:
+            self._refresh_shape(topic, table, event)
+        value = self._value(topic, event)
+        if event.key is None:  # a truncate: to every partition, in order with its rows
+            for partition in range(topic.partitions):
+                self._send(topic.name, None, value, partition)
+            return
+        columns = names.get(table)
+        if columns is None:
+            found = self._key_columns(table)
+            if not found:
+                raise KafkaSinkError(f"no key columns known for {table}: cannot write its key")
+            columns = names[table] = tuple(found)
+        try:
+            key_json = encode_key(columns, event.key)
+        except KeyMismatchError as exc:
+            raise KafkaSinkError(f"event for {table}: {exc}") from None
+        key = (
+            f'{{"schema":{topic.key_schema},"payload":{key_json}}}' if self._schemas else key_json
+        ).encode("utf-8")
+        self._send(topic.name, key, value, None)
+        if event.op is Op.DELETE:
+            self._send(topic.name, key, None, None)  # the tombstone
+
+    def _send(
+        self, topic: str, key: bytes | None, value: bytes | None, partition: int | None
+    ) -> None:
+        from kafka.errors import KafkaError, KafkaTimeoutError, MessageSizeTooLargeError
+
+        try:
+            future = self._producer.send(topic, key=key, value=value, partition=partition)
+        except MessageSizeTooLargeError:
+            size = len(value or b"") + len(key or b"")
+            raise KafkaSinkError(
+                f"a message of {size} bytes for topic {topic} is larger than the producer "
+                "allows: raise [sink] kafka = {max_request_size = ...} and the topic's "
+                "max.message.bytes (the broker's message.max.bytes)"
+            ) from None
+        except KafkaTimeoutError as exc:
+            raise KafkaSinkError(
+                f"the Kafka brokers at {self._bootstrap} took no messages for topic {topic} "
+                f"in time ({exc}): are they running and reachable?"
+            ) from None
+        except KafkaError as exc:
+            raise KafkaSinkError(f"sending to topic {topic} failed: {exc}") from None
+        self._sent.append(future)
+
+    def _value(self, topic: _Topic, event: ChangeEvent) -> bytes:
+        payload = encode_value(event, json_text=self._json_text)
+        if not self._schemas:
+            return payload.encode("utf-8")
+        source = event.source.to_dict()
+        signature = tuple(source)
+        schema = topic.value_schemas.get(signature)
+        if schema is None:
+            assert topic.table is not None
+            schema = json.dumps(
+                connect_schema.envelope_schema(topic.name, topic.table, source),
+                separators=(",", ":"),
+                ensure_ascii=False,
+            )
+            topic.value_schemas[signature] = schema
+        return f'{{"schema":{schema},"payload":{payload}}}'.encode()
+
+    # ------------------------------------------------------------------ topics
+
+    def _open_topic(self, table: TableId) -> _Topic:
+        name = topic_name(self._prefix, table)
+        partitions = self._ensure_topic(name)
+        topic = self._topics[table] = _Topic(name, partitions)
+        if self._schemas:
+            self._describe_table(topic, table)
+        return topic
+
+    def _describe_table(self, topic: _Topic, table: TableId) -> None:
+        assert self._describe is not None
+        described = self._describe(table)
+        key = self._key_columns(table) or described.primary_key
+        topic.table = described
+        topic.key_schema = json.dumps(
+            connect_schema.key_schema(topic.name, described, key), separators=(",", ":")
+        )
+        topic.value_schemas.clear()
+
+    def _refresh_shape(self, topic: _Topic, table: TableId, event: ChangeEvent) -> None:
+        """Describe the table again when an event's columns are not the described ones
+        (a column was added or dropped since)."""
+        row = event.after if event.after is not None else event.before
+        assert topic.table is not None
+        if row is not None and tuple(row) != topic.table.column_names:
+            self._describe_table(topic, table)
+
+    def _ensure_topic(self, name: str) -> int:
+        """Create the topic (configured partitions and replication) unless it exists;
+        returns its partition count."""
+        from kafka.errors import KafkaError
+
+        admin = self._admin_client()
+        try:
+            result = admin.create_topics(
+                {
+                    name: {
+                        "num_partitions": self._partitions,
+                        "replication_factor": self._replication,
+                    }
+                },
+                raise_errors=False,
+                wait_for_metadata=True,
+            )
+        except KafkaError as exc:
+            raise KafkaSinkError(f"cannot create topic {name}: {exc}") from None
+        outcome = result["topics"][0]
+        code = outcome["error_code"]
+        if code == 0:
+            log.info(
+                "kafka: created topic %s (%d partitions, replication %d)",
+                name,
+                self._partitions,
+                self._replication,
+            )
+            return self._partitions
+        if code != 36:  # TOPIC_ALREADY_EXISTS
+            raise KafkaSinkError(self._not_created(name, code, outcome.get("error_message")))
+        partitions = self._partition_count(name)
+        if partitions != self._partitions:
+            log.warning(
+                "kafka: topic %s exists with %d partitions ([sink] partitions = %d); using it "
+                "as it is",
+                name,
+                partitions,
+                self._partitions,
+            )
+        return partitions
+
+    def _partition_count(self, name: str) -> int:
+        described = self._admin_client().describe_topics([name])
+        return len(described[0]["partitions"])
+
+    def _admin_client(self) -> Any:
+        from kafka.admin import KafkaAdminClient
+        from kafka.errors import KafkaError
+
+        if self._admin is None:
+            try:
+                self._admin = KafkaAdminClient(
+                    bootstrap_servers=self._servers(),
+                    **client_settings(KafkaAdminClient, self._settings),
+                )
+            except KafkaError as exc:
+                raise KafkaSinkError(self._unreachable(exc)) from None
+        return self._admin
+
+    # ------------------------------------------------------------------ messages
+
+    def _servers(self) -> list[str]:
+        return [s.strip() for s in self._bootstrap.split(",") if s.strip()]
+
+    def _unreachable(self, exc: Exception) -> str:
+        return (
+            f"cannot reach the Kafka brokers at {self._bootstrap} ({type(exc).__name__}: "
+            f"{exc}); check [sink] bootstrap_servers and that a broker is running"
+        )
+
+    def _not_created(self, name: str, code: int, message: str | None) -> str:
+        from kafka.errors import for_code
+
+        error = for_code(code).__name__
+        detail = f"{error}: {message}" if message else error
+        what = f"{self._partitions} partitions, replication {self._replication}"
+        if "Authorization" in error:
+            hint = (
+                f"the sink may not create topics: create {name} yourself ({what}) or grant "
+                "CREATE on it"
+            )
+        elif "Replication" in error:
+            hint = "set [sink] replication to at most the number of brokers"
+        elif "Partitions" in error:
+            hint = "set [sink] partitions to a positive number the cluster allows"
+        else:
+            hint = f"create {name} yourself ({what})"
+        return f"cannot create topic {name} ({what}): {detail}; {hint}"
+
+    def _refused(self, exc: Any) -> str:
+        return (
+            f"Kafka did not acknowledge a message ({type(exc).__name__}: {exc}); nothing "
+            "after the last acknowledged checkpoint is recorded: restart to send it again"
+        )
