@@ -30,7 +30,9 @@ def check_table(config: Config, table: TableId) -> Verdict:
             from snapshotter.sinks.kafka_read import materialize_topic
 
             sink = config.sink
-            output = materialize_topic(sink.bootstrap_servers, topic, sink.kafka)
+            output = materialize_topic(
+                sink.bootstrap_servers, topic, sink.kafka, schemas=sink.schemas
+            )
             rows: Iterable[Mapping[str, Any]] = dialect.scan(schema)
             if sink.json_as_text:  # JSON columns were written as strings of their text
                 rows = (json_as_text(row) or row for row in rows)

@@ -15,6 +15,7 @@ written out of log order, which can converge by luck today and diverge tomorrow.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -30,6 +31,13 @@ from signals.names import TableId
 from snapshotter.core.values import UNAVAILABLE_VALUE
 from snapshotter.dialects import pg_types
 from snapshotter.sinks.jsonl import encode_row
+
+# Debezium's unavailable-value placeholder as text, and with it (a binary column of a Kafka
+# message with schemas) its bytes in base64.
+PLACEHOLDER_TEXT = frozenset({UNAVAILABLE_VALUE})
+PLACEHOLDER_TEXT_OR_BASE64 = frozenset(
+    {UNAVAILABLE_VALUE, base64.b64encode(UNAVAILABLE_VALUE.encode("ascii")).decode("ascii")}
+)
 
 
 class VerifyError(ValueError):
@@ -75,12 +83,21 @@ class Materialized:
         self.rows.pop(ck, None)
         self.keys.pop(ck, None)
 
-    def put(self, ck: str, key: dict[str, Any], after: dict[str, Any]) -> None:
-        """Upsert a row. A column holding Debezium's unavailable-value placeholder keeps the
-        value the key had before (the placeholder stays only if there was none)."""
+    def put(
+        self,
+        ck: str,
+        key: dict[str, Any],
+        after: dict[str, Any],
+        placeholders: frozenset[str] = PLACEHOLDER_TEXT,
+    ) -> None:
+        """Upsert a row. A column holding Debezium's unavailable-value placeholder (one of
+        ``placeholders``) keeps the value the key had before (the placeholder stays only if
+        there was none)."""
         old = self.rows.get(ck)
-        if old is not None and UNAVAILABLE_VALUE in after.values():
-            after = {c: old.get(c, v) if v == UNAVAILABLE_VALUE else v for c, v in after.items()}
+        if old is not None and not placeholders.isdisjoint(
+            v for v in after.values() if isinstance(v, str)
+        ):
+            after = {c: old.get(c, v) if v in placeholders else v for c, v in after.items()}
         self.rows[ck] = after
         self.keys[ck] = key
 

@@ -33,8 +33,7 @@ _INT_WIDTH = {
     "mediumint": "int32",
     "int": "int32",
 }
-# One width up for unsigned MySQL types, as Debezium does (BIGINT UNSIGNED stays int64:
-# Debezium's bigint.unsigned.handling.mode=long).
+# One width up for unsigned MySQL types, as Debezium does (BIGINT UNSIGNED: a Decimal).
 _UNSIGNED_WIDTH = {"int16": "int32", "int32": "int64", "int64": "int64"}
 _FLOAT32 = {"real", "float"}
 _JSON_TYPES = {"json", "jsonb"}
@@ -70,12 +69,18 @@ _SOURCE_NAMES = {
 }
 
 
+_MODIFIERS = re.compile(r"\s+(unsigned|zerofill)\b")
+
+
 def _base_type(type_name: str) -> tuple[str, bool]:
-    """``"int(10) unsigned"`` -> ``("int", True)``; ``"integer"`` -> ``("integer", False)``."""
-    name = type_name.lower()
-    unsigned = " unsigned" in name
-    base = re.sub(r"\(.*?\)", "", name).replace(" unsigned", "").replace(" zerofill", "")
-    return base.strip(), unsigned
+    """``"int(10) unsigned"`` -> ``("int", True)``; ``"integer"`` -> ``("integer", False)``;
+    ``"enum('a)b','c')"`` -> ``("enum", False)`` (only the text outside the parentheses
+    counts: enum and set members may hold anything)."""
+    name = type_name.lower().strip()
+    head, paren, _ = name.partition("(")
+    outside = head + (name[name.rfind(")") + 1 :] if paren else "")
+    unsigned = bool(re.search(r"\bunsigned\b", outside))
+    return _MODIFIERS.sub("", head).strip(), unsigned
 
 
 def column_schema(column: ColumnInfo, *, optional: bool | None = None) -> dict[str, Any]:
@@ -88,11 +93,20 @@ def column_schema(column: ColumnInfo, *, optional: bool | None = None) -> dict[s
     elif pa.types.is_integer(arrow):
         if base == "year":
             schema = {"type": "int32", "name": "io.debezium.time.Year", "version": 1}
+        elif base == "bigint" and unsigned:
+            # Past int64: Connect's Decimal with scale 0 (Debezium's
+            # bigint.unsigned.handling.mode=precise); JsonConverter reads it from the number.
+            schema = {
+                "type": "bytes",
+                "name": "org.apache.kafka.connect.data.Decimal",
+                "version": 1,
+                "parameters": {"scale": "0"},
+            }
         else:
             width = _INT_WIDTH.get(base, "int64")
             schema = {"type": _UNSIGNED_WIDTH[width] if unsigned else width}
-    elif pa.types.is_floating(arrow):
-        schema = {"type": "float32" if base in _FLOAT32 else "float64"}
+    elif pa.types.is_floating(arrow):  # Connect's names: "float" (32 bits), "double"
+        schema = {"type": "float" if base in _FLOAT32 else "double"}
     elif pa.types.is_timestamp(arrow):
         name = "ZonedTimestamp" if arrow.tz is not None else "IsoTimestamp"
         schema = {"type": "string", "name": f"io.debezium.time.{name}", "version": 1}
@@ -128,9 +142,18 @@ def key_schema(topic: str, table: TableSchema, key_columns: Sequence[str]) -> di
     return _struct(fields, f"{topic}.Key", optional=False)
 
 
-def row_schema(topic: str, table: TableSchema) -> dict[str, Any]:
-    """The schema of ``before`` and ``after``: every column, in table order."""
-    fields = [{**column_schema(c), "field": c.name} for c in table.columns]
+def row_schema(topic: str, table: TableSchema, key_columns: Sequence[str]) -> dict[str, Any]:
+    """The schema of ``before`` and ``after``: every column, in table order.
+
+    Columns outside the key are optional whatever their NOT NULL says: the ``before`` of a
+    PostgreSQL delete under REPLICA IDENTITY DEFAULT holds the key columns only, and a
+    schema must describe every payload it comes with.
+    """
+    keys = set(key_columns)
+    fields = [
+        {**column_schema(c, optional=None if c.name in keys else True), "field": c.name}
+        for c in table.columns
+    ]
     return _struct(fields, f"{topic}.Value", optional=True)
 
 
@@ -145,7 +168,7 @@ def source_schema(source: Mapping[str, Any]) -> dict[str, Any]:
                 if isinstance(value, bool)
                 else "int64"
                 if isinstance(value, int)
-                else "float64"
+                else "double"
                 if isinstance(value, float)
                 else "string"
             )
@@ -155,9 +178,11 @@ def source_schema(source: Mapping[str, Any]) -> dict[str, Any]:
     return _struct(fields, name, optional=False)
 
 
-def envelope_schema(topic: str, table: TableSchema, source: Mapping[str, Any]) -> dict[str, Any]:
+def envelope_schema(
+    topic: str, table: TableSchema, key_columns: Sequence[str], source: Mapping[str, Any]
+) -> dict[str, Any]:
     """The value's schema: Debezium's envelope (no ``transaction`` block)."""
-    row = row_schema(topic, table)
+    row = row_schema(topic, table, key_columns)
     fields = [
         {**row, "field": "before"},
         {**row, "field": "after"},

@@ -11,6 +11,8 @@ Values (see ``snapshotter.core.values``) are written as:
   they are non-zero (as ``datetime.isoformat``): ``2024-01-02T03:04:05.123456Z``,
   ``2024-01-02T03:04:05Z``;
 * a naive datetime, a date, a time: ``isoformat()`` (no zone for naive values);
+* a timedelta (MySQL's TIME, a signed duration): ``[-]HH:MM:SS[.ffffff]`` as MySQL writes it,
+  hours past 24 included (``-838:59:59``);
 * :class:`RawJson`: its text embedded as JSON, byte for byte, except that a raw CR or LF
   (only possible as whitespace between tokens of valid JSON, e.g. from PostgreSQL's ``json``
   type, which keeps its input text) becomes a space, so one event stays one line. With
@@ -32,7 +34,7 @@ import json
 import math
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, date, datetime, time
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
 from uuid import UUID
@@ -69,7 +71,21 @@ def _encode_special(value: Any) -> Any:
         return base64.b64encode(value).decode("ascii")
     if isinstance(value, Decimal | UUID):
         return str(value)
+    if isinstance(value, timedelta):  # MySQL TIME: -838:59:59 .. 838:59:59
+        return time_text(value)
     raise TypeError(f"cannot write a value of type {type(value).__name__} to JSON")
+
+
+def time_text(value: timedelta) -> str:
+    """A MySQL TIME (a signed duration) as MySQL writes it: ``[-]HH:MM:SS[.ffffff]``, hours
+    past 24 as they are (``-838:59:59``), microseconds only when non-zero."""
+    micros = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+    sign = "-" if micros < 0 else ""
+    seconds, fraction = divmod(abs(micros), 1_000_000)
+    minutes, second = divmod(seconds, 60)
+    hours, minute = divmod(minutes, 60)
+    text = f"{sign}{hours:02d}:{minute:02d}:{second:02d}"
+    return f"{text}.{fraction:06d}" if fraction else text
 
 
 def _default_fast(value: Any) -> Any:

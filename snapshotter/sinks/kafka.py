@@ -24,13 +24,17 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+import pyarrow as pa
 
 from signals.names import TableId
 from snapshotter.core.events import ChangeEvent, Op
+from snapshotter.core.values import UNAVAILABLE_VALUE, RawJson
 from snapshotter.dialects.base import TableSchema
 from snapshotter.sinks import connect_schema
 from snapshotter.sinks.base import Ack
@@ -52,6 +56,9 @@ PRODUCER_FIXED: dict[str, Any] = {
     "enable_idempotence": True,
     "max_in_flight_requests_per_connection": 5,  # the most idempotence keeps in order
 }
+
+
+ACK_SLACK_S = 10.0  # on top of the delivery timeout, before unacknowledged sends are an error
 
 
 class KafkaSinkError(RuntimeError):
@@ -76,7 +83,12 @@ class _Topic:
     partitions: int
     # schemas mode: the table as described, and the serialized schemas
     table: TableSchema | None = None
+    key_columns: tuple[str, ...] = ()
+    binary_columns: tuple[str, ...] = ()
     key_schema: str = ""
+    # column lists of events found not to match the table even after describing it again
+    # (events older than an ALTER, replayed): not worth another catalog query
+    stale_shapes: set[tuple[str, ...]] = field(default_factory=set)
     value_schemas: dict[tuple[str, ...], str] = field(default_factory=dict)
 
 
@@ -84,6 +96,7 @@ class _Topic:
 class _Checkpoint:
     id: int
     futures: list[Any]
+    taken: float  # time.monotonic() when taken
     done: int = 0  # futures[:done] are acknowledged
 
 
@@ -119,6 +132,14 @@ class KafkaSink:
         self._pending: deque[_Checkpoint] = deque()
         self._checkpoint_id = 0
         self._messages = 0  # acknowledged, over the sink's life (carried by resume)
+        self._failure: str | None = None  # why the sink cannot go on
+        # How long a send may stay unacknowledged before the sink gives up: the producer's
+        # own delivery timeout does not fire while the broker is unreachable (kafka-python
+        # keeps retrying), so the sink keeps its own.
+        delivery_ms = self._settings.get(
+            "delivery_timeout_ms", PRODUCER_DEFAULTS["delivery_timeout_ms"]
+        )
+        self._ack_timeout_s = float(delivery_ms) / 1000 + ACK_SLACK_S
 
     # ------------------------------------------------------------------ Sink protocol
 
@@ -154,11 +175,13 @@ class KafkaSink:
 
     def checkpoint(self) -> int:
         self._checkpoint_id += 1
-        self._pending.append(_Checkpoint(self._checkpoint_id, self._sent))
+        self._pending.append(_Checkpoint(self._checkpoint_id, self._sent, time.monotonic()))
         self._sent = []
         return self._checkpoint_id
 
     def acknowledged(self) -> list[Ack]:
+        if self._failure is not None:
+            raise KafkaSinkError(self._failure)
         acks = []
         while self._pending:
             head = self._pending[0]
@@ -166,29 +189,45 @@ class KafkaSink:
             while head.done < len(futures) and futures[head.done].is_done:
                 future = futures[head.done]
                 if future.failed():
-                    raise KafkaSinkError(self._refused(future.exception))
+                    raise self._fail(
+                        f"Kafka did not acknowledge a message ({type(future.exception).__name__}:"
+                        f" {future.exception})"
+                    )
                 head.done += 1
             if head.done < len(futures):
+                waited = time.monotonic() - head.taken
+                if waited > self._ack_timeout_s:
+                    raise self._fail(
+                        f"Kafka did not acknowledge messages sent {waited:.0f} s ago (the "
+                        f"brokers at {self._bootstrap} are unreachable or refuse them)"
+                    )
                 break
             self._pending.popleft()
             self._messages += len(futures)
             acks.append(Ack(head.id, {"messages": self._messages}))
         return acks
 
-    def close(self, timeout: float = 120.0) -> None:
+    def close(self) -> None:
+        from kafka.errors import KafkaTimeoutError
+
         if self._producer is None:
             return
         try:
-            self.checkpoint()
-            self._producer.flush(timeout=timeout)
+            if self._failure is None:
+                self.checkpoint()
+                try:
+                    self._producer.flush(timeout=self._ack_timeout_s)
+                except KafkaTimeoutError:
+                    raise self._fail(
+                        f"Kafka did not acknowledge the last messages within "
+                        f"{self._ack_timeout_s:.0f} s of closing"
+                    ) from None
         finally:
-            try:
-                self._producer.close(timeout=5)
-            finally:
-                self._producer = None
-                if self._admin is not None:
-                    self._admin.close()
-                    self._admin = None
+            _close_producer(self._producer, 0 if self._failure else 5)
+            self._producer = None
+            if self._admin is not None:
+                self._admin.close()
+                self._admin = None
 
     # ------------------------------------------------------------------ sending
 
@@ -208,8 +247,11 @@ class KafkaSink:
             if not found:
                 raise KafkaSinkError(f"no key columns known for {table}: cannot write its key")
             columns = names[table] = tuple(found)
+        values: tuple[Any, ...] = tuple(event.key)
+        if self._json_text and any(type(v) is RawJson for v in values):
+            values = tuple(v.text if type(v) is RawJson else v for v in values)
         try:
-            key_json = encode_key(columns, event.key)
+            key_json = encode_key(columns, values)
         except KeyMismatchError as exc:
             raise KafkaSinkError(f"event for {table}: {exc}") from None
         key = (
@@ -228,31 +270,34 @@ class KafkaSink:
             future = self._producer.send(topic, key=key, value=value, partition=partition)
         except MessageSizeTooLargeError:
             size = len(value or b"") + len(key or b"")
-            raise KafkaSinkError(
+            self._failure = (
                 f"a message of {size} bytes for topic {topic} is larger than the producer "
                 "allows: raise [sink] kafka = {max_request_size = ...} and the topic's "
-                "max.message.bytes (the broker's message.max.bytes)"
-            ) from None
+                "max.message.bytes (the broker's message.max.bytes), then run again"
+            )
+            raise KafkaSinkError(self._failure) from None
         except KafkaTimeoutError as exc:
-            raise KafkaSinkError(
+            raise self._fail(
                 f"the Kafka brokers at {self._bootstrap} took no messages for topic {topic} "
-                f"in time ({exc}): are they running and reachable?"
+                f"in time ({exc})"
             ) from None
         except KafkaError as exc:
-            raise KafkaSinkError(f"sending to topic {topic} failed: {exc}") from None
+            raise self._fail(f"sending to topic {topic} failed: {exc}") from None
         self._sent.append(future)
 
     def _value(self, topic: _Topic, event: ChangeEvent) -> bytes:
-        payload = encode_value(event, json_text=self._json_text)
         if not self._schemas:
-            return payload.encode("utf-8")
+            return encode_value(event, json_text=self._json_text).encode("utf-8")
+        if topic.binary_columns:
+            event = _placeholder_as_bytes(event, topic.binary_columns)
+        payload = encode_value(event, json_text=self._json_text)
         source = event.source.to_dict()
         signature = tuple(source)
         schema = topic.value_schemas.get(signature)
         if schema is None:
             assert topic.table is not None
             schema = json.dumps(
-                connect_schema.envelope_schema(topic.name, topic.table, source),
+                connect_schema.envelope_schema(topic.name, topic.table, topic.key_columns, source),
                 separators=(",", ":"),
                 ensure_ascii=False,
             )
@@ -272,8 +317,14 @@ class KafkaSink:
     def _describe_table(self, topic: _Topic, table: TableId) -> None:
         assert self._describe is not None
         described = self._describe(table)
-        key = self._key_columns(table) or described.primary_key
+        key = tuple(self._key_columns(table) or described.primary_key)
         topic.table = described
+        topic.key_columns = key
+        topic.binary_columns = tuple(
+            c.name
+            for c in described.columns
+            if pa.types.is_binary(c.arrow_type) or pa.types.is_large_binary(c.arrow_type)
+        )
         topic.key_schema = json.dumps(
             connect_schema.key_schema(topic.name, described, key), separators=(",", ":")
         )
@@ -281,11 +332,17 @@ class KafkaSink:
 
     def _refresh_shape(self, topic: _Topic, table: TableId, event: ChangeEvent) -> None:
         """Describe the table again when an event's columns are not the described ones
-        (a column was added or dropped since)."""
-        row = event.after if event.after is not None else event.before
+        (a column was added or dropped since). Only ``after`` tells: a delete's ``before``
+        may hold the key columns only (PostgreSQL's REPLICA IDENTITY DEFAULT)."""
         assert topic.table is not None
-        if row is not None and tuple(row) != topic.table.column_names:
-            self._describe_table(topic, table)
+        if event.after is None:
+            return
+        columns = tuple(event.after)
+        if columns == topic.table.column_names or columns in topic.stale_shapes:
+            return
+        self._describe_table(topic, table)
+        if columns != topic.table.column_names:
+            topic.stale_shapes.add(columns)
 
     def _ensure_topic(self, name: str) -> int:
         """Create the topic (configured partitions and replication) unless it exists;
@@ -377,8 +434,45 @@ class KafkaSink:
             hint = f"create {name} yourself ({what})"
         return f"cannot create topic {name} ({what}): {detail}; {hint}"
 
-    def _refused(self, exc: Any) -> str:
-        return (
-            f"Kafka did not acknowledge a message ({type(exc).__name__}: {exc}); nothing "
-            "after the last acknowledged checkpoint is recorded: restart to send it again"
+    def _fail(self, what: str) -> KafkaSinkError:
+        """Remember why the sink cannot go on (every later call says it again)."""
+        self._failure = (
+            f"{what}; the state keeps only what Kafka acknowledged: run again once the brokers "
+            "take messages, and what followed is sent again (at least once)"
         )
+        return KafkaSinkError(self._failure)
+
+
+def _close_producer(producer: Any, timeout: float) -> None:
+    """Close, dropping what is still unsent after ``timeout`` (kafka-python's close raises
+    when its flush times out, before it would force the sender closed)."""
+    from kafka.errors import KafkaTimeoutError
+
+    try:
+        producer.close(timeout=timeout)
+    except KafkaTimeoutError:
+        sender = getattr(producer, "_sender", None)
+        if sender is not None:
+            sender.force_close()
+        producer._closed = True  # its __del__ would try (and fail) to flush again
+
+
+_PLACEHOLDER_BYTES = UNAVAILABLE_VALUE.encode("ascii")
+
+
+def _placeholder_as_bytes(event: ChangeEvent, columns: Sequence[str]) -> ChangeEvent:
+    """The unavailable-value placeholder in a binary column as its bytes (Debezium's way),
+    so the payload fits the column's ``bytes`` schema (written as base64)."""
+
+    def fix(row: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        if row is None or not any(row.get(c) == UNAVAILABLE_VALUE for c in columns):
+            return row
+        return {
+            k: _PLACEHOLDER_BYTES if k in columns and v == UNAVAILABLE_VALUE else v
+            for k, v in row.items()
+        }
+
+    before, after = fix(event.before), fix(event.after)
+    if before is event.before and after is event.after:
+        return event
+    return replace(event, before=before, after=after)

@@ -25,7 +25,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from snapshotter.sinks.kafka import KafkaSinkError, client_settings
-from snapshotter.verify import Materialized, PosViolation, VerifyError, canonical
+from snapshotter.verify import (
+    PLACEHOLDER_TEXT,
+    PLACEHOLDER_TEXT_OR_BASE64,
+    Materialized,
+    PosViolation,
+    VerifyError,
+    canonical,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,37 +95,49 @@ def read_topic(
         consumer.close()
 
 
-def _payload(data: bytes, where: str) -> Any:
+def _payload(data: bytes, where: str, schemas: bool | None) -> Any:
     try:
         decoded = json.loads(data)
     except ValueError as exc:
         raise VerifyError(f"{where}: not JSON: {exc}") from None
     # schemas = true (JsonConverter's envelope): the data is the payload
-    if isinstance(decoded, dict) and decoded.keys() == {"schema", "payload"}:
+    wrapped = isinstance(decoded, dict) and decoded.keys() == {"schema", "payload"}
+    if schemas or (schemas is None and wrapped):
+        if not wrapped:
+            raise VerifyError(f"{where}: not a {{schema, payload}} message (schemas = true)")
         return decoded["payload"]
     return decoded
 
 
-def materialize_messages(topic: str, messages: Iterable[Message]) -> Materialized:
-    """Replay a topic's messages (each partition in offset order) as current state."""
+def materialize_messages(
+    topic: str, messages: Iterable[Message], *, schemas: bool | None = None
+) -> Materialized:
+    """Replay a topic's messages (each partition in offset order) as current state.
+
+    ``schemas``: whether messages are wrapped as ``{"schema", "payload"}`` (``[sink]
+    schemas``); None tells by each message's shape."""
     out = Materialized(topic)
+    # with schemas, a binary column's placeholder is its bytes, in base64
+    placeholders = PLACEHOLDER_TEXT if schemas is False else PLACEHOLDER_TEXT_OR_BASE64
     partition_of: dict[str, int] = {}
     last_pos: dict[str, str] = {}
     seen: set[int] = set()
     for message in messages:
         where = f"{topic} partition {message.partition} offset {message.offset}"
-        key = None if message.key is None else _payload(message.key, where)
+        key = None if message.key is None else _payload(message.key, where, schemas)
         if message.value is None:  # a tombstone
             out.ops["tombstone"] += 1
             if key is not None:
                 out.remove(canonical(key))
             continue
-        value = _payload(message.value, where)
+        value = _payload(message.value, where, schemas)
         try:
             op = value["op"]
             pos = value["source"]["pos"]
         except (KeyError, TypeError):
             raise VerifyError(f"{where}: not a sink event (no op or source.pos)") from None
+        if not isinstance(op, str) or not isinstance(pos, str):
+            raise VerifyError(f"{where}: op and source.pos must be strings: {op!r}, {pos!r}")
         out.ops[op] += 1
         if op == "t":
             for ck in [ck for ck, p in partition_of.items() if p == message.partition]:
@@ -130,14 +149,13 @@ def materialize_messages(topic: str, messages: Iterable[Message]) -> Materialize
         ck = canonical(key)
         event_id = hash((ck, pos, op))
         previous = last_pos.get(ck)
-        if previous is not None and pos < previous:  # text order of tokens = log order
-            if event_id in seen:
-                out.repeats += 1
-            else:
-                out.pos_violations.append(
-                    PosViolation(key, previous, pos, message.offset, message.partition)
-                )
-        else:
+        if event_id in seen:  # sent again after a restart
+            out.repeats += 1
+        elif previous is not None and pos < previous:  # text order of tokens = log order
+            out.pos_violations.append(
+                PosViolation(key, previous, pos, message.offset, message.partition)
+            )
+        if previous is None or pos > previous:
             last_pos[ck] = pos
         seen.add(event_id)
         partition_of[ck] = message.partition
@@ -147,12 +165,17 @@ def materialize_messages(topic: str, messages: Iterable[Message]) -> Materialize
         after = value.get("after")
         if not isinstance(after, dict):
             raise VerifyError(f"{where}: an {op!r} event without an 'after' row")
-        out.put(ck, key, after)
+        out.put(ck, key, after, placeholders)
     return out
 
 
 def materialize_topic(
-    bootstrap_servers: str, topic: str, settings: Mapping[str, Any] | None = None
+    bootstrap_servers: str,
+    topic: str,
+    settings: Mapping[str, Any] | None = None,
+    *,
+    schemas: bool | None = None,
 ) -> Materialized:
     """Read ``topic`` from the beginning and replay it (see the module docstring)."""
-    return materialize_messages(topic, read_topic(bootstrap_servers, topic, settings))
+    messages = read_topic(bootstrap_servers, topic, settings)
+    return materialize_messages(topic, messages, schemas=schemas)

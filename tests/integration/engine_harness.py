@@ -86,6 +86,8 @@ class Capture:
     sink_format: str = "parquet"  # spark: or "delta"
     kafka_partitions: int = 3  # kafka: several, so per-key order across partitions is tested
     kafka_schemas: bool = False  # kafka: JsonConverter-style {"schema", "payload"} messages
+    kafka_bootstrap: str = ""  # kafka: unset, SNAPSHOTTER_KAFKA_BOOTSTRAP (scripts/test)
+    kafka_settings: str = ""  # kafka: a TOML inline table of kafka-python settings
 
     def __post_init__(self) -> None:
         tag = uuid.uuid4().hex[:10]
@@ -124,11 +126,14 @@ dir = "state"
         if self.sink == "jsonl":
             return '[sink]\nkind = "jsonl"\npath = "events.jsonl"\n'
         if self.sink == "kafka":
-            bootstrap = os.environ.get("SNAPSHOTTER_KAFKA_BOOTSTRAP", "127.0.0.1:59092")
+            bootstrap = self.kafka_bootstrap or os.environ.get(
+                "SNAPSHOTTER_KAFKA_BOOTSTRAP", "127.0.0.1:59092"
+            )
             return (
                 f'[sink]\nkind = "kafka"\nbootstrap_servers = "{bootstrap}"\n'
                 f"partitions = {self.kafka_partitions}\n"
                 f"schemas = {'true' if self.kafka_schemas else 'false'}\n"
+                + (f"kafka = {self.kafka_settings}\n" if self.kafka_settings else "")
             )
         # One Spark session per test process (snapshotter.landing.session); local[2] as CI.
         return (

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import random
 import signal
 import string
@@ -812,6 +813,137 @@ def test_the_spark_sink_converges_under_a_concurrent_random_writer(
         assert f"differ: key {json.dumps(tampered)}" in verdict.render()
 
 
+@pytest.mark.parametrize("scenario", ["items", "composite", "typed", "wide"])
+def test_the_kafka_sink_converges_under_a_concurrent_random_writer(
+    source: Source, scenario: str, kafka_bootstrap: str
+) -> None:
+    """The same run sent to Kafka (3 partitions; "typed" with JsonConverter schemas): every
+    message of the table's topic, consumed from the beginning and replayed by key (a
+    tombstone deletes), equals the table; each key stays on one partition, each delete is
+    followed by its tombstone; and ``verify`` agrees."""
+    timer = Timer()
+    schemas = scenario == "typed"
+    cap = source.capture(
+        chunk_size=CHUNK, sink="kafka", kafka_bootstrap=kafka_bootstrap, kafka_schemas=schemas
+    )
+    table, _, pacer = snapshot_under_writer(source, cap, scenario, timer)
+    messages = consume_all(kafka_bootstrap, cap.topic(table.name))
+    timer.mark("consume")
+    key_columns = cap.key_of(table.name)
+    replayed, counts = replay_by_key(messages)
+    expected = table_as_json(cap, table.name, key_columns, json_as_text=schemas)
+    timer.mark("replay")
+    assert replayed.keys() == expected.keys(), (
+        f"{len(expected.keys() - replayed.keys())} missing, "
+        f"{len(replayed.keys() - expected.keys())} extra"
+    )
+    differing = [k for k, row in expected.items() if replayed[k] != row]
+    assert not differing, (differing[:3], [(expected[k], replayed[k]) for k in differing[:1]])
+    verdict = cap.verify(table.name)
+    assert verdict.ok, verdict.render()
+    timer.mark("verify")
+    partitions: dict[bytes, set[int]] = {}
+    for partition, _, key, _ in messages:
+        if key is not None:
+            partitions.setdefault(key, set()).add(partition)
+    print(
+        f"\n{source.name}/{scenario} (kafka{', schemas' if schemas else ''}): {timer}; "
+        f"{len(expected)} rows; writer {pacer.during} changes during the snapshot; "
+        f"{len(messages)} messages over {len({m[0] for m in messages})} partitions {counts}"
+    )
+    assert state_of(cap, table.name) == "done"
+    assert pacer.during >= CHANGES
+    assert all(counts.get(k, 0) > 0 for k in "rcud"), counts
+    assert all(len(p) == 1 for p in partitions.values())  # a key keeps its partition
+    assert len({m[0] for m in messages}) == 3
+    # every delete is followed, in its partition, by a tombstone of the same key
+    by_partition: dict[int, list[tuple[bytes | None, bytes | None]]] = {}
+    for partition, _, key, value in messages:
+        by_partition.setdefault(partition, []).append((key, value))
+    for stream in by_partition.values():
+        for i, (key, value) in enumerate(stream):
+            if value is not None and _payload(value)["op"] == "d":
+                assert stream[i + 1] == (key, None), f"no tombstone after a delete of {key!r}"
+
+
+def consume_all(bootstrap: str, topic: str) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    """Every message of ``topic`` from the beginning to its current end: (partition, offset,
+    key, value), each partition in offset order (a plain consumer, not snapshotter's)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    try:
+        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        ends = consumer.end_offsets(parts)
+        out: list[tuple[int, int, bytes | None, bytes | None]] = []
+        deadline = time.monotonic() + 120
+        while any(consumer.position(tp) < ends[tp] for tp in parts):
+            assert time.monotonic() < deadline, "the topic could not be read to its end"
+            for tp, records in consumer.poll(timeout_ms=1000).items():
+                out.extend(
+                    (tp.partition, r.offset, r.key, r.value) for r in records if r.offset < ends[tp]
+                )
+        return sorted(out, key=lambda m: (m[0], m[1]))
+    finally:
+        consumer.close()
+
+
+def _payload(data: bytes) -> Any:
+    decoded = json.loads(data)
+    if isinstance(decoded, dict) and set(decoded) == {"schema", "payload"}:
+        return decoded["payload"]
+    return decoded
+
+
+def replay_by_key(
+    messages: Sequence[tuple[int, int, bytes | None, bytes | None]],
+) -> tuple[dict[str, dict[str, Any]], Counter[str]]:
+    """What a consumer that upserts by key ends with: c/u/r put ``after``, d and a tombstone
+    delete; returns canonical key -> row, and the count of each op (and of tombstones)."""
+    UNAVAILABLE = "__debezium_unavailable_value"
+    rows: dict[str, dict[str, Any]] = {}
+    counts: Counter[str] = Counter()
+    for _, _, key, value in messages:
+        if key is None:
+            raise AssertionError("a keyless message (no truncate happened)")
+        ck = json.dumps(_payload(key), sort_keys=True)
+        if value is None:
+            counts["tombstone"] += 1
+            rows.pop(ck, None)
+            continue
+        envelope = _payload(value)
+        counts[envelope["op"]] += 1
+        if envelope["op"] == "d":
+            rows.pop(ck, None)
+            continue
+        after, before = envelope["after"], rows.get(ck, {})
+        # PostgreSQL's unchanged TOAST value: the key's previous value stands
+        rows[ck] = {c: before.get(c, v) if v == UNAVAILABLE else v for c, v in after.items()}
+    return rows, counts
+
+
+def table_as_json(
+    cap: Capture, table: str, key: Sequence[str], *, json_as_text: bool
+) -> dict[str, dict[str, Any]]:
+    """The table at the source as the sink encodes rows: canonical key -> JSON row."""
+    from snapshotter.runner import open_dialect
+    from snapshotter.sinks.encoding import json_as_text as with_json_text
+    from snapshotter.verify import as_json_row
+
+    dialect = open_dialect(cap.config)
+    try:
+        schema = dialect.describe(cap.table_id(table))
+        out = {}
+        for row in dialect.scan(schema):
+            encoded = as_json_row((with_json_text(row) or row) if json_as_text else row)
+            out[json.dumps({c: encoded[c] for c in key}, sort_keys=True)] = encoded
+        return out
+    finally:
+        dialect.close()
+
+
 def tamper_with_a_landed_row(cap: Capture, table: str) -> dict[str, Any]:
     """Fold the landed changelog into the current state's base (parquet), then change one
     value of one row in a base file behind the lander's back; returns that row's key."""
@@ -1468,3 +1600,173 @@ def test_case_only_key_changes_inside_windows_converge_on_a_ci_key(
         assert final[old] == "d"
         assert read[json.dumps({"k": old})] == 0 or old == "a120", old
     print(f"\n{verdict.render()}; events {dict(ops(cap, 'ci'))}")
+
+
+# --- Kafka: the broker fails during a snapshot -------------------------------------------------
+
+
+class PrivateKafka:
+    """A broker of this test's own (scripts/services in local mode, its own directory and
+    ports), so it can be killed and restarted without touching the shared one."""
+
+    def __init__(self, directory: Path) -> None:
+        import socket
+
+        def free_port() -> int:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port: int = s.getsockname()[1]
+                return port
+
+        self.directory = directory
+        self.env = {
+            **{k: v for k, v in os.environ.items() if k != "SNAPSHOTTER_KAFKA_BOOTSTRAP"},
+            "SNAPSHOTTER_SERVICES_MODE": "local",
+            "SNAPSHOTTER_SERVICES_DIR": str(directory),
+            "SNAPSHOTTER_KAFKA_PORT": str(free_port()),
+            "SNAPSHOTTER_KAFKA_CONTROLLER_PORT": str(free_port()),
+            "KAFKA_HEAP_OPTS": "-Xmx384m -Xms384m",
+        }
+        self.bootstrap = f"127.0.0.1:{self.env['SNAPSHOTTER_KAFKA_PORT']}"
+
+    def _services(self, *args: str) -> None:
+        done = subprocess.run(
+            [str(REPO / "scripts" / "services"), *args, "kafka"],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert done.returncode == 0, f"scripts/services {args} kafka: {done.stderr[-3000:]}"
+
+    def start(self) -> None:
+        self._services("up")
+
+    def stop(self) -> None:
+        self._services("down")
+
+    def kill(self) -> None:
+        """SIGKILL: no controlled shutdown, no flush."""
+        pid = int((self.directory / "kafka" / "kafka.pid").read_text().strip())
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+@pytest.fixture
+def private_kafka(tmp_path: Path, kafka_bootstrap: str) -> Iterator[PrivateKafka]:
+    # kafka_bootstrap: the shared broker answers, so Java and the jars are there
+    kafka = PrivateKafka(tmp_path / "kafka-services")
+    kafka.start()
+    try:
+        yield kafka
+    finally:
+        kafka.stop()
+
+
+def assert_kafka_converged(cap: Capture, table: str, bootstrap: str) -> Verdict:
+    """The topic replayed by a plain consumer equals the table, and ``verify`` agrees."""
+    messages = consume_all(bootstrap, cap.topic(table))
+    replayed, counts = replay_by_key(messages)
+    expected = table_as_json(cap, table, cap.key_of(table), json_as_text=False)
+    missing, extra = expected.keys() - replayed.keys(), replayed.keys() - expected.keys()
+    assert not missing and not extra, (len(missing), len(extra), sorted(missing)[:3])
+    differing = [k for k, row in expected.items() if replayed[k] != row]
+    assert not differing, (differing[:3], [(expected[k], replayed[k]) for k in differing[:1]])
+    verdict = cap.verify(table)
+    assert verdict.ok, verdict.render()
+    assert all(counts.get(k, 0) > 0 for k in "rcud"), counts
+    return verdict
+
+
+FAULT_ROWS = 20_000
+
+
+def test_a_kafka_broker_restart_mid_snapshot_loses_nothing(
+    source: Source, private_kafka: PrivateKafka
+) -> None:
+    """The broker is killed (SIGKILL) while the snapshot runs under the random writer and
+    started again a few seconds later; the engine rides it out (the idempotent producer
+    retries in order), and the topic still converges to the table."""
+    cap = source.capture(chunk_size=500, sink="kafka", kafka_bootstrap=private_kafka.bootstrap)
+    table = source.create(cap, "items", FAULT_ROWS)
+    cap.init()
+    writer = source.writer(cap, table, FAULT_ROWS, changes=None, seed=7, rate=400)
+    with writer:
+        wait_for(lambda: writer.total >= 100, "the writer to get going")
+        cap.execute(qualified(cap, table.name))
+        engine = cap.start(hooks=PhaseHooks(before_open=lambda task: time.sleep(0.1)))
+        wait_for(
+            lambda: progress(cap, table.name).get("chunks", 0) >= 5,
+            "five chunks",
+            engine=engine,
+        )
+        private_kafka.kill()
+        killed_at = writer.total
+        time.sleep(3)
+        private_kafka.start()
+        wait_for(
+            lambda: state_of(cap, table.name) not in (None, "pending", "running"),
+            "the snapshot to finish",
+            timeout=240,
+            engine=engine,
+        )
+        during = writer.total - killed_at
+    assert engine.stop(timeout=120) == 0
+    assert cap.run(timeout=180) == 0
+    verdict = assert_kafka_converged(cap, table.name, private_kafka.bootstrap)
+    print(
+        f"\n{source.name}: broker killed and restarted mid-snapshot; writer {during} changes "
+        f"since; {verdict.table_rows} rows converged, {verdict.repeats} events repeated"
+    )
+    assert state_of(cap, table.name) == "done"
+
+
+def test_a_kafka_outage_past_the_delivery_timeout_stops_the_engine_and_resume_converges(
+    source: Source, private_kafka: PrivateKafka
+) -> None:
+    """The broker stays down past the producer's delivery timeout: the engine stops with an
+    error that says Kafka did not acknowledge, the state keeps only what was acknowledged,
+    and once the broker is back a new run resends what followed and converges (messages
+    may repeat: at least once)."""
+    from snapshotter.sinks.kafka import KafkaSinkError
+
+    cap = source.capture(
+        chunk_size=500,
+        sink="kafka",
+        kafka_bootstrap=private_kafka.bootstrap,
+        kafka_settings=(
+            "{delivery_timeout_ms = 6000, request_timeout_ms = 2000, max_block_ms = 6000, "
+            "linger_ms = 5}"
+        ),
+    )
+    table = source.create(cap, "items", FAULT_ROWS)
+    cap.init()
+    writer = source.writer(cap, table, FAULT_ROWS, changes=None, seed=11, rate=400)
+    with writer:
+        wait_for(lambda: writer.total >= 100, "the writer to get going")
+        cap.execute(qualified(cap, table.name))
+        engine = cap.start(hooks=PhaseHooks(before_open=lambda task: time.sleep(0.1)))
+        wait_for(
+            lambda: progress(cap, table.name).get("chunks", 0) >= 5,
+            "five chunks",
+            engine=engine,
+        )
+        private_kafka.kill()
+        with pytest.raises(KafkaSinkError) as failure:
+            engine.join(timeout=120)
+        saved = progress(cap, table.name)
+        time.sleep(1)  # the writer goes on while nothing runs
+    message = str(failure.value)
+    assert "Kafka did not acknowledge" in message or "took no messages" in message, message
+    assert saved.get("state") == "running", saved
+    private_kafka.start()
+    assert cap.run(timeout=240) == 0
+    verdict = assert_kafka_converged(cap, table.name, private_kafka.bootstrap)
+    print(
+        f"\n{source.name}: engine stopped by the outage ({message[:120]}...) at chunk "
+        f"{saved.get('chunks')}; resumed: {verdict.table_rows} rows converged, "
+        f"{verdict.repeats} events repeated"
+    )
+    assert state_of(cap, table.name) == "done"
