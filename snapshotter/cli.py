@@ -344,6 +344,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     report = status_report(state, lag)
     if config.sink.kind == "spark":
         report["landing"] = _landing_status(config, state.sink)
+    if config.sink.kind == "kafka":
+        report["kafka"] = {
+            "bootstrap_servers": config.sink.bootstrap_servers,
+            "acknowledged_messages": int(state.sink.get("messages", 0)),
+        }
     if args.json:
         out.print_json(json.dumps(report))
         return 0
@@ -370,6 +375,14 @@ def cmd_status(args: argparse.Namespace) -> int:
                 f"landing: batch {landing['staged']} staged (recorded); "
                 f"{landing['waiting_batches']} batch(es), {landing['waiting_bytes']} bytes "
                 f"staged and not yet landed ({landing['staging']})"
+            )
+        )
+    kafka = report.get("kafka")
+    if kafka is not None:
+        out.print(
+            escape(
+                f"kafka: {kafka['acknowledged_messages']} messages acknowledged by "
+                f"{kafka['bootstrap_servers']} (recorded)"
             )
         )
     for problem in report["signal_problems"]:

@@ -359,13 +359,16 @@ class KafkaSink:
                     }
                 },
                 raise_errors=False,
-                wait_for_metadata=True,
             )
         except KafkaError as exc:
             raise KafkaSinkError(f"cannot create topic {name}: {exc}") from None
         outcome = result["topics"][0]
         code = outcome["error_code"]
         if code == 0:
+            try:  # every partition has a leader before the first send
+                admin.wait_for_topics([name])
+            except KafkaError as exc:
+                raise KafkaSinkError(f"topic {name} was created but is not ready: {exc}") from None
             log.info(
                 "kafka: created topic %s (%d partitions, replication %d)",
                 name,
