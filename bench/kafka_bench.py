@@ -1,7 +1,7 @@
 """The Kafka sink end to end, against a plain read of the same table measured in the same run.
 
     python bench/kafka_bench.py [--rows N] [--source postgres|mysql|both] [--bootstrap H:P]
-                                [--chunk-size C] [--read-back] [--profile]
+                                [--chunk-size C] [--read-back] [--pure-crc] [--profile]
 
 One table of N rows (``snapshot_bench``'s table and loader: PostgreSQL, and with ``--source
 mysql|both`` MySQL / MariaDB), measured in this process, per source:
@@ -24,7 +24,14 @@ D. where the time goes:
        linger_ms=20, batch_size=256 KiB) sending N pre-encoded messages in a loop, then
        ``flush()``; the messages are B's own, read back from B's topic (a sample from every
        partition, cycled, so the same sizes and the same spread over the partitions);
-   D4. the same with C's messages.
+   D4. the same with C's messages;
+   D5. (``--pure-crc``) D3 with kafka-python's own pure-Python CRC32C swapped in for the
+       ``crc32c`` package's: what the producer manages without that dependency.
+
+A D3–D5 whose sends fail (the broker refused them, or they expired) is reported as failed,
+with the errors, and the run goes on; any other mismatch (B or C not leaving exactly N
+messages, D1 or D2 not counting N) stops the run. Each result is also logged to stderr as
+it is measured.
 
 With ``--read-back`` it also reads B's whole topic back with ``kafka_read.read_topic`` (a
 kafka-python consumer) and checks that it holds N distinct keys (a row of its own).
@@ -52,7 +59,8 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,6 +99,7 @@ class Row:
     source: str  # "postgres" or "mysql"
     kind: str  # "A" (the baseline), "B", "C", "D", "R"
     note: str = ""
+    error: str = ""  # a D row that failed: why
 
     @property
     def rate(self) -> float:
@@ -107,6 +116,9 @@ def render_table(rows: Sequence[Row]) -> str:
         base = next((b for b in rows if b.kind == "A" and b.source == r.source), None)
         ratio = f"{r.rate / base.rate:.2f}" if base else "–"
         prefix = sb.MYSQL_PREFIX if r.source == "mysql" else ""
+        if r.error:
+            lines.append(f"| {prefix}{r.what} | {r.rows:,} | – | – | failed (see below) |")
+            continue
         lines.append(
             f"| {prefix}{r.what} | {r.rows:,} | {r.seconds:.2f} | {r.rate:,.0f} | {ratio} |"
         )
@@ -155,6 +167,21 @@ def crc_implementation() -> str:
     if getattr(util, "crc32c_c", None) is not None:
         return "CRC32C from the `crc32c` package (C)"
     return "CRC32C in pure Python (kafka-python's own; the `crc32c` package is not installed)"
+
+
+@contextlib.contextmanager
+def pure_python_crc() -> Iterator[None]:
+    """kafka-python's record batches checksummed by its own pure-Python CRC32C, as without
+    the ``crc32c`` package (``default_records`` looks ``calc_crc32c`` up at each batch)."""
+    from kafka.record import default_records
+    from kafka.record._crc32c import crc
+
+    saved = default_records.calc_crc32c
+    default_records.calc_crc32c = lambda memview: crc(memview)
+    try:
+        yield
+    finally:
+        default_records.calc_crc32c = saved
 
 
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:
@@ -435,7 +462,13 @@ def engine_counting(capture: sb.Capture, rows: int, source: str) -> Row:
 
 
 def raw_producer(
-    bootstrap: str, topic: str, messages: Sequence[Message], count: int, what: str, source: str
+    bootstrap: str,
+    topic: str,
+    messages: Sequence[Message],
+    count: int,
+    what: str,
+    source: str,
+    pure_crc: bool = False,
 ) -> Row:
     """kafka-python alone: ``count`` sends of pre-encoded messages (``messages`` cycled) with
     the sink's producer settings, then ``flush()``; timed from the first send (the producer
@@ -448,21 +481,28 @@ def raw_producer(
     producer = KafkaProducer(
         bootstrap_servers=servers(bootstrap), **PRODUCER_DEFAULTS, **PRODUCER_FIXED
     )
+    crc = pure_python_crc() if pure_crc else contextlib.nullcontext()
     try:
         send = producer.send
         futures = []
         append = futures.append
-        started = time.perf_counter()
-        for key, value in itertools.islice(itertools.cycle(messages), count):
-            append(send(topic, key=key, value=value))
-        producer.flush()
-        seconds = time.perf_counter() - started
+        with crc:
+            started = time.perf_counter()
+            for key, value in itertools.islice(itertools.cycle(messages), count):
+                append(send(topic, key=key, value=value))
+            producer.flush()
+            seconds = time.perf_counter() - started
     finally:
         producer.close(timeout=30)
-    failed = sum(1 for f in futures if f.failed())
+    failed = Counter(
+        f"{type(f.exception).__name__}: {str(f.exception)[:120]}" for f in futures if f.failed()
+    )
     counts = topic_counts(bootstrap, topic)
     if failed or sum(counts.values()) != count:
-        raise RuntimeError(f"{what}: {failed} sends failed; topic holds {counts}")
+        raise RuntimeError(
+            f"{what}: {sum(failed.values())} sends failed ({dict(failed.most_common(3))}) "
+            f"after {seconds:.1f} s; topic holds {counts}"
+        )
     key_b, value_b = sizes(messages)
     note = (
         f"{len(messages):,} distinct messages cycled; mean key {key_b:.0f} B, value {value_b:.0f} B"
@@ -545,36 +585,59 @@ def measure(
         assert isinstance(c, KafkaCapture | KafkaMySqlCapture)
         return c
 
+    def add(row: Row) -> Row:
+        rows.append(row)
+        done = f"failed: {row.error}" if row.error else f"{row.seconds:.2f} s, {row.rate:,.0f}/s"
+        log(f"{source}:   {row.what.split(':')[0]}: {done}")
+        return row
+
     log(f"{source}: A, plain read ...")
     a = baseline()
     assert a.rows is not None and a.seconds is not None
-    rows.append(Row("A: " + a.what.removeprefix(sb.MYSQL_PREFIX), a.rows, a.seconds, source, "A"))
+    add(Row("A: " + a.what.removeprefix(sb.MYSQL_PREFIX), a.rows, a.seconds, source, "A"))
 
     log(f"{source}: B, snapshot → kafka sink ...")
     b_capture = kafka_capture("b", False)
     b = engine_to_kafka(
         b_capture, n, f"B: snapshot → kafka sink ({PARTITIONS} partitions)", "B", source
     )
-    rows.append(b.row)
+    b_capture.drop()
+    add(b.row)
     log(f"{source}: C, snapshot → kafka sink, schemas = true ...")
-    c = engine_to_kafka(kafka_capture("c", True), n, "C: the same, schemas = true", "C", source)
-    rows.append(c.row)
+    c_capture = kafka_capture("c", True)
+    c = engine_to_kafka(c_capture, n, "C: the same, schemas = true", "C", source)
+    c_capture.drop()
+    add(c.row)
     log(f"{source}: D1, snapshot → counting sink ...")
-    rows.append(engine_counting(new_capture("d1", None), n, source))
+    d_capture = new_capture("d1", None)
+    add(engine_counting(d_capture, n, source))
+    d_capture.drop()
     log(f"{source}: D2, snapshot → kafka sink's encoding only ...")
-    rows.append(engine_encode_only(new_capture("d2", None), n, source))
-    for name, label, sent in (("d3", "B", b), ("d4", "C", c)):
+    d_capture = new_capture("d2", None)
+    add(engine_encode_only(d_capture, n, source))
+    d_capture.drop()
+    raw = [("d3", "B", b, False), ("d4", "C", c, False)]
+    if args.pure_crc:
+        raw.append(("d5", "B", b, True))
+    for name, label, sent, pure in raw:
         what = f"{name.upper()}: kafka-python producer alone, {label}'s messages pre-encoded"
+        if pure:
+            what += ", pure-Python CRC32C (as without the crc32c package)"
         log(f"{source}: {what} ...")
         topic = f"{prefix}-{tag}-{name}.raw"
-        rows.append(raw_producer(args.bootstrap, topic, sent.sample, n, what, source))
+        try:
+            add(raw_producer(args.bootstrap, topic, sent.sample, n, what, source, pure))
+        except RuntimeError as exc:  # a failed send: reported in the table, the run goes on
+            add(Row(what, n, float("nan"), source, "D", error=str(exc).removeprefix(what + ": ")))
     if args.read_back:
         log(f"{source}: reading B's topic back ...")
-        rows.append(read_back(args.bootstrap, b_capture.topic, n, source))
+        add(read_back(args.bootstrap, b_capture.topic, n, source))
     profile = ""
     if args.profile:
         log(f"{source}: B under cProfile ...")
-        profile = profiled(kafka_capture("profile", False), n, args.profile_top, source)
+        p_capture = kafka_capture("profile", False)
+        profile = profiled(p_capture, n, args.profile_top, source)
+        p_capture.drop()
     return rows, profile
 
 
@@ -662,6 +725,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="also read B's whole topic back with kafka_read.read_topic (timed, checked)",
     )
     parser.add_argument(
+        "--pure-crc",
+        action="store_true",
+        help="also D5: D3 with kafka-python's pure-Python CRC32C (as without the crc32c package)",
+    )
+    parser.add_argument(
         "--profile", action="store_true", help="afterwards, run B once more under cProfile"
     )
     parser.add_argument("--profile-top", type=int, default=15, help="entries per thread (15)")
@@ -713,6 +781,11 @@ def main(argv: list[str] | None = None) -> int:
         f"- {sb.MYSQL_PREFIX if r.source == 'mysql' else ''}{r.what.split(':')[0]}: {r.note}"
         for r in rows
         if r.note
+    ] + [
+        f"- {sb.MYSQL_PREFIX if r.source == 'mysql' else ''}{r.what.split(':')[0]} failed: "
+        f"{r.error}"
+        for r in rows
+        if r.error
     ]
     if notes:
         print()

@@ -176,6 +176,9 @@ class SinkConfig(_Section):
     # compression_type...); each client (producer, admin, the verify consumer) takes the
     # ones it knows.
     kafka: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    # kafka: at most this much sent and not yet acknowledged (kafka-python's producer has no
+    # bound of its own); past it the engine waits for Kafka before sending more.
+    max_unacked_mb: int = Field(default=64, ge=1)
 
     @field_validator("kafka")
     @classmethod

@@ -102,6 +102,7 @@ def open_sink(
             schemas=sink.schemas,
             json_as_text=sink.json_as_text,
             settings=sink.kafka,
+            max_unflushed_bytes=sink.max_unacked_mb * 1024 * 1024,
         )
     return JsonlSink(config.sink.local_path, config.source.topic_prefix, key_columns=key_names)
 

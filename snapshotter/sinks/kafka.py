@@ -113,6 +113,7 @@ class KafkaSink:
         schemas: bool = False,
         json_as_text: bool = False,
         settings: Mapping[str, Any] | None = None,
+        max_unflushed_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         if schemas and describe is None:
             raise ValueError("schemas = true needs describe (the table's columns)")
@@ -133,6 +134,11 @@ class KafkaSink:
         self._checkpoint_id = 0
         self._messages = 0  # acknowledged, over the sink's life (carried by resume)
         self._failure: str | None = None  # why the sink cannot go on
+        # kafka-python's producer queues without bound (it has no buffer_memory): past this
+        # many bytes sent since everything was last acknowledged, the sink waits for Kafka
+        # (and the engine reads no further log meanwhile: backpressure).
+        self._max_unflushed = max_unflushed_bytes
+        self._unflushed = 0
         # How long a send may stay unacknowledged before the sink gives up: the producer's
         # own delivery timeout does not fire while the broker is unreachable (kafka-python
         # keeps retrying), so the sink keeps its own.
@@ -172,6 +178,22 @@ class KafkaSink:
         names: dict[TableId, tuple[str, ...]] = {}
         for event in events:
             self._send_event(event, names)
+            if self._unflushed > self._max_unflushed:
+                self._wait_for_kafka()
+
+    def _wait_for_kafka(self) -> None:
+        """Wait until Kafka acknowledged everything sent so far (bounds the memory the
+        producer's queue holds)."""
+        from kafka.errors import KafkaTimeoutError
+
+        try:
+            self._producer.flush(timeout=self._ack_timeout_s)
+        except KafkaTimeoutError:
+            raise self._fail(
+                f"Kafka did not acknowledge {self._unflushed} bytes of messages within "
+                f"{self._ack_timeout_s:.0f} s"
+            ) from None
+        self._unflushed = 0
 
     def checkpoint(self) -> int:
         self._checkpoint_id += 1
@@ -284,6 +306,7 @@ class KafkaSink:
         except KafkaError as exc:
             raise self._fail(f"sending to topic {topic} failed: {exc}") from None
         self._sent.append(future)
+        self._unflushed += len(key or b"") + len(value or b"")
 
     def _value(self, topic: _Topic, event: ChangeEvent) -> bytes:
         if not self._schemas:

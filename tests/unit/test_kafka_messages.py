@@ -1798,3 +1798,31 @@ def test_client_settings_follow_each_clients_default_config() -> None:
         assert set(got[name]) <= set(cls.DEFAULT_CONFIG)  # type: ignore[attr-defined]
     assert client_settings(object, settings_) == {}  # a class without DEFAULT_CONFIG
     assert client_settings(clients["producer"], {}) == {}
+
+
+def test_the_sink_waits_for_kafka_past_its_bound_on_unacknowledged_bytes() -> None:
+    """kafka-python's producer queues without bound: past ``max_unflushed_bytes`` sent since
+    everything was last acknowledged, the sink flushes (waits) before sending more."""
+    from snapshotter.sinks.kafka import KafkaSink
+
+    flushes: list[int] = []
+
+    class FlushingProducer(FakeProducer):
+        def flush(self, timeout: float | None = None) -> None:
+            flushes.append(len(self.sent))
+
+    sink = KafkaSink(
+        bootstrap_servers="nowhere:9092",
+        topic_prefix="demo",
+        key_columns=lambda t: list(ITEM_TABLE.primary_key),
+        partitions=1,
+        max_unflushed_bytes=2_000,
+    )
+    sink._producer = FlushingProducer(1)
+    sink._ensure_topic = lambda name: 1  # type: ignore[method-assign]
+    row = {"id": 1, "v": 1, "big": "x" * 100}
+    sink.write([event(Op.CREATE, (i,), after={**row, "id": i}, pos=i) for i in range(1, 101)])
+    # every message is well over 100 bytes: a flush at least every 20 messages, not after each
+    assert 5 <= len(flushes) <= 20, flushes
+    assert all(b - a > 1 for a, b in zip(flushes, flushes[1:], strict=False)), flushes
+    assert sink._unflushed <= 2_000 + 1_000
