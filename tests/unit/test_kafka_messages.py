@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import itertools
 import json
 import math
 import re
@@ -1824,5 +1825,5 @@ def test_the_sink_waits_for_kafka_past_its_bound_on_unacknowledged_bytes() -> No
     sink.write([event(Op.CREATE, (i,), after={**row, "id": i}, pos=i) for i in range(1, 101)])
     # every message is well over 100 bytes: a flush at least every 20 messages, not after each
     assert 5 <= len(flushes) <= 20, flushes
-    assert all(b - a > 1 for a, b in zip(flushes, flushes[1:], strict=False)), flushes
+    assert all(b - a > 1 for a, b in itertools.pairwise(flushes)), flushes
     assert sink._unflushed <= 2_000 + 1_000
