@@ -308,33 +308,30 @@ class KafkaSettings:
 
 
 @dataclass
-class KafkaCapture(sb.Capture):
-    """``snapshot_bench.Capture`` (own slot, publication, state directory), kafka sink."""
+class _KafkaSinkMixin:
+    """Turns a ``snapshot_bench`` capture (own slot/publication or server id, own state
+    directory) into one with the kafka sink."""
 
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        super().__post_init__()  # type: ignore[misc]
         k = self.kafka
-        use_kafka_sink(self.config_path, k.name, k.bootstrap, k.partitions, k.schemas)
+        use_kafka_sink(self.config_path, k.name, k.bootstrap, k.partitions, k.schemas)  # type: ignore[attr-defined]
 
     @property
     def topic(self) -> str:
-        return f"{self.kafka.name}.{self.schema}.{sb.TABLE}"
+        return f"{self.kafka.name}.{self.schema}.{sb.TABLE}"  # type: ignore[attr-defined]
 
 
 @dataclass
-class KafkaMySqlCapture(sb.MySqlCapture):
-    kafka: KafkaSettings = field(default_factory=KafkaSettings)
+class KafkaCapture(_KafkaSinkMixin, sb.Capture):
+    """``snapshot_bench.Capture`` with the kafka sink."""
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        k = self.kafka
-        use_kafka_sink(self.config_path, k.name, k.bootstrap, k.partitions, k.schemas)
 
-    @property
-    def topic(self) -> str:
-        return f"{self.kafka.name}.{self.schema}.{sb.TABLE}"
+@dataclass
+class KafkaMySqlCapture(_KafkaSinkMixin, sb.MySqlCapture):
+    """``snapshot_bench.MySqlCapture`` with the kafka sink."""
 
 
 AnyKafkaCapture = KafkaCapture | KafkaMySqlCapture

@@ -230,20 +230,12 @@ class KafkaSink:
         return acks
 
     def close(self) -> None:
-        from kafka.errors import KafkaTimeoutError
-
         if self._producer is None:
             return
         try:
             if self._failure is None:
                 self.checkpoint()
-                try:
-                    self._producer.flush(timeout=self._ack_timeout_s)
-                except KafkaTimeoutError:
-                    raise self._fail(
-                        f"Kafka did not acknowledge the last messages within "
-                        f"{self._ack_timeout_s:.0f} s of closing"
-                    ) from None
+                self._wait_for_kafka()
         finally:
             _close_producer(self._producer, 0 if self._failure else 5)
             self._producer = None

@@ -1683,16 +1683,18 @@ def assert_kafka_converged(cap: Capture, table: str, bootstrap: str) -> Verdict:
 FAULT_ROWS = 20_000
 
 
-def test_a_kafka_broker_restart_mid_snapshot_loses_nothing(
-    source: Source, private_kafka: PrivateKafka
-) -> None:
-    """The broker is killed (SIGKILL) while the snapshot runs under the random writer and
-    started again a few seconds later; the engine rides it out (the idempotent producer
-    retries in order), and the topic still converges to the table."""
-    cap = source.capture(chunk_size=500, sink="kafka", kafka_bootstrap=private_kafka.bootstrap)
+@contextmanager
+def kafka_snapshot_under_way(
+    source: Source, kafka: PrivateKafka, seed: int, settings: str = ""
+) -> Iterator[tuple[Capture, Table, RandomWriter, EngineThread]]:
+    """A snapshot to ``kafka`` of FAULT_ROWS items under the random writer, five chunks in;
+    the writer keeps going until the block ends."""
+    cap = source.capture(
+        chunk_size=500, sink="kafka", kafka_bootstrap=kafka.bootstrap, kafka_settings=settings
+    )
     table = source.create(cap, "items", FAULT_ROWS)
     cap.init()
-    writer = source.writer(cap, table, FAULT_ROWS, changes=None, seed=7, rate=400)
+    writer = source.writer(cap, table, FAULT_ROWS, changes=None, seed=seed, rate=400)
     with writer:
         wait_for(lambda: writer.total >= 100, "the writer to get going")
         cap.execute(qualified(cap, table.name))
@@ -1702,6 +1704,16 @@ def test_a_kafka_broker_restart_mid_snapshot_loses_nothing(
             "five chunks",
             engine=engine,
         )
+        yield cap, table, writer, engine
+
+
+def test_a_kafka_broker_restart_mid_snapshot_loses_nothing(
+    source: Source, private_kafka: PrivateKafka
+) -> None:
+    """The broker is killed (SIGKILL) while the snapshot runs under the random writer and
+    started again a few seconds later; the engine rides it out (the idempotent producer
+    retries in order), and the topic still converges to the table."""
+    with kafka_snapshot_under_way(source, private_kafka, seed=7) as (cap, table, writer, engine):
         private_kafka.kill()
         killed_at = writer.total
         time.sleep(3)
@@ -1732,27 +1744,16 @@ def test_a_kafka_outage_past_the_delivery_timeout_stops_the_engine_and_resume_co
     may repeat: at least once)."""
     from snapshotter.sinks.kafka import KafkaSinkError
 
-    cap = source.capture(
-        chunk_size=500,
-        sink="kafka",
-        kafka_bootstrap=private_kafka.bootstrap,
-        kafka_settings=(
-            "{delivery_timeout_ms = 6000, request_timeout_ms = 2000, max_block_ms = 6000, "
-            "linger_ms = 5}"
-        ),
+    fast_failing = (
+        "{delivery_timeout_ms = 6000, request_timeout_ms = 2000, max_block_ms = 6000, "
+        "linger_ms = 5}"
     )
-    table = source.create(cap, "items", FAULT_ROWS)
-    cap.init()
-    writer = source.writer(cap, table, FAULT_ROWS, changes=None, seed=11, rate=400)
-    with writer:
-        wait_for(lambda: writer.total >= 100, "the writer to get going")
-        cap.execute(qualified(cap, table.name))
-        engine = cap.start(hooks=PhaseHooks(before_open=lambda task: time.sleep(0.1)))
-        wait_for(
-            lambda: progress(cap, table.name).get("chunks", 0) >= 5,
-            "five chunks",
-            engine=engine,
-        )
+    with kafka_snapshot_under_way(source, private_kafka, seed=11, settings=fast_failing) as (
+        cap,
+        table,
+        _,
+        engine,
+    ):
         private_kafka.kill()
         with pytest.raises(KafkaSinkError) as failure:
             engine.join(timeout=120)
