@@ -25,6 +25,7 @@ from snapshotter.core.keys import Key
 from snapshotter.core.visibility import ReadVisibility
 from snapshotter.core.window import ChunkWindow
 from snapshotter.dialects.base import Dialect, TableSchema
+from snapshotter.faults import failpoint
 
 log = logging.getLogger("snapshotter.chunks")
 
@@ -89,6 +90,10 @@ class ChunkRead:
 class TaskFailed:
     task: StartTask | ChunkTask
     error: str
+    # The connection was lost or the server is restarting or unreachable (the dialect's
+    # ``is_transient``): the engine voids the task's window and submits it again later,
+    # instead of failing the snapshot.
+    transient: bool = False
 
 
 Result = TableStarted | ChunkRead | TaskFailed
@@ -134,9 +139,23 @@ class ChunkWorker:
                     self.results.put(self._start(task))
                 else:
                     self.results.put(self._read_chunk(task))
-            except Exception as exc:  # reported to the engine, which fails only that table
+            except Exception as exc:  # reported to the engine: it retries or fails that table
                 log.debug("task for %s failed", task.table, exc_info=True)
-                self.results.put(TaskFailed(task, _describe(exc)))
+                if self._transient(exc):
+                    # The driver's own words ("connection refused"), without SQLAlchemy's
+                    # wrapping: the engine logs this on every retry.
+                    cause = getattr(exc, "orig", None)
+                    text = _describe(cause if isinstance(cause, BaseException) else exc)
+                    self.results.put(TaskFailed(task, text, transient=True))
+                else:
+                    self.results.put(TaskFailed(task, _describe(exc)))
+
+    def _transient(self, exc: Exception) -> bool:
+        try:
+            return self._dialect.is_transient(exc)
+        except Exception:  # a classification bug must not hide the task's own error
+            log.exception("could not classify the error of a chunk task")
+            return False
 
     def _start(self, task: StartTask) -> TableStarted:
         dialect = self._dialect
@@ -157,6 +176,7 @@ class ChunkWorker:
         # watermark the engine cannot place.
         _run(hooks.before_open, task)
         dialect.write_watermark(Watermark(window.window_id, WatermarkKind.OPEN))
+        failpoint("watermark.open")
         _run(hooks.after_open, task)
         # Rule 2: the chunk SELECT runs in its own READ ONLY transaction, begun after the open
         # watermark committed (write_watermark returned) and ended before the close watermark

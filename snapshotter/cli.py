@@ -6,7 +6,8 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from rich.console import Console
@@ -21,6 +22,9 @@ from snapshotter.connect import create_engine
 from snapshotter.core.state import StateError
 from snapshotter.dialects.base import TableError as TableErrorBase
 from snapshotter.state_store import StateStore
+
+if TYPE_CHECKING:
+    from snapshotter.stream_position import ResetPlan
 
 # Off a terminal rich assumes 80 columns, which folds the status table into a column of
 # fragments; pipes and logs get room for a whole row instead.
@@ -59,8 +63,8 @@ def _connect(config: Config) -> sa.Engine:
 def cmd_init(args: argparse.Namespace) -> int:
     config = _config(args)
     if config.source.kind == "mysql":
-        return _init_mysql(config)
-    return _init_postgres(config)
+        return _init_mysql(config, args.config)
+    return _init_postgres(config, args.config)
 
 
 def _print_problems(problems: Sequence[Any]) -> None:
@@ -72,7 +76,7 @@ def _print_problems(problems: Sequence[Any]) -> None:
         raise CliError("prerequisites not met; fix the errors above and run init again")
 
 
-def _init_mysql(config: Config) -> int:
+def _init_mysql(config: Config, config_path: str) -> int:
     """Signal table, prerequisites (binlog settings, privileges), then the binlog position
     the first run streams from, saved in the state (so signals sent between ``init`` and
     ``run`` are not missed)."""
@@ -120,6 +124,7 @@ def _init_mysql(config: Config) -> int:
                 out.print(
                     escape(f"binlog position: {resume['file']} at {resume['pos']} (saved before)")
                 )
+                _warn_if_position_lost(config, config_path)
                 return 0
             state.stream.resume = start
             store.save(state)
@@ -129,7 +134,7 @@ def _init_mysql(config: Config) -> int:
     return 0
 
 
-def _init_postgres(config: Config) -> int:
+def _init_postgres(config: Config, config_path: str) -> int:
     """Signal table, then prerequisites, then publication, then slot (the slot last: it
     starts keeping WAL the moment it exists, and must see the publication)."""
     from snapshotter.dialects import pg_setup
@@ -164,6 +169,172 @@ def _init_postgres(config: Config) -> int:
     except pg_setup.SetupError as exc:
         raise CliError(str(exc)) from None
     out.print(escape(f"replication slot {source.slot}: {slot}"))
+    _warn_if_position_lost(config, config_path)
+    return 0
+
+
+def _warn_if_position_lost(config: Config, config_path: str) -> None:
+    """After init: say so when the saved state resumes from a position that is gone (a slot
+    init has just created again, a purged binlog), since `run` will refuse it."""
+    from snapshotter.runner import open_dialect, state_path
+    from snapshotter.stream_position import StreamPositionLost, check_saved_position
+
+    path = state_path(config)
+    if not path.exists():
+        return
+    try:
+        state = StateStore(path).load()
+    except StateError:
+        return
+    dialect = open_dialect(config)
+    try:
+        check_saved_position(config, dialect, state)
+    except StreamPositionLost as exc:
+        message = str(exc.for_config(config_path))
+        err.print(
+            f"[yellow]warning:[/yellow] the state in {escape(str(config.state.dir))} cannot "
+            f"resume, and `snapshotter run` will refuse it: {escape(message)}"
+        )
+    finally:
+        dialect.close()
+
+
+def _confirm(args: argparse.Namespace, question: str) -> None:
+    """Go on only after a yes on the terminal, or with --yes (never silently without one)."""
+    if args.yes:
+        return
+    if not sys.stdin.isatty():
+        raise CliError(
+            f"{args.command} needs confirmation and stdin is not a terminal: pass --yes to go "
+            "on; nothing was changed",
+            code=2,
+        )
+    answer = err.input(f"{question} [y/N] ")
+    if answer.strip().lower() not in ("y", "yes"):
+        raise CliError(f"{args.command}: not confirmed; nothing was changed")
+
+
+def cmd_reset_stream(args: argparse.Namespace) -> int:
+    """Stream from the current end of the log: a new slot (PostgreSQL) or the binlog's end
+    (MySQL) in the state, unfinished snapshots stopped; then snapshot the tables again."""
+    from snapshotter import stream_position as sp
+    from snapshotter.dialects.pg_setup import SetupError
+    from snapshotter.runner import open_dialect, state_path
+    from snapshotter.state_store import StateLockedError
+
+    config = _config(args)
+    engine = _connect(config)
+    path = state_path(config)
+    try:
+        with StateStore(path) as store:
+            state = store.load()
+            old = sp.saved_position_text(state.stream.resume)
+            dialect = open_dialect(config)
+            try:
+                plan = sp.plan_reset(config, engine, dialect, state)
+                _print_reset_plan(path, plan)
+                _confirm(args, "Reset the stream position?")
+                start = sp.move_to_log_end(config, engine, dialect)
+            finally:
+                dialect.close()
+            new = sp.saved_position_text(start.resume)
+            stopped = sp.reset_state(
+                state,
+                start.resume,
+                start.position,
+                f"stopped by reset-stream: the stream was reset from {old} to {new}, so "
+                "changes in between are not in the output; snapshot the table again",
+            )
+            store.save(state)
+    except StateLockedError as exc:
+        raise CliError(str(exc)) from None  # "in use by another snapshotter process"
+    except (StateError, SetupError, TableErrorBase) as exc:
+        raise CliError(str(exc)) from None
+    except sa.exc.SQLAlchemyError as exc:
+        raise CliError(f"reset-stream failed: {sp.error_reason(exc)}") from None
+    for line in start.done:
+        out.print(escape(line))
+    out.print(escape(f"state {path}: the stream now starts at {new} (it resumed from {old})"))
+    if stopped:
+        out.print(escape(f"stopped the unfinished snapshots of: {', '.join(stopped)}"))
+    if state.paused:
+        out.print("the engine is paused (pause-snapshot): new snapshots wait for resume-snapshot")
+    out.print("snapshot the tables again (their changes before the new start may be missing):")
+    out.print(escape(f"  {sp.execute_snapshot_command(args.config, plan.tables)}"))
+    return 0
+
+
+def _print_reset_plan(path: Path, plan: ResetPlan) -> None:
+    from snapshotter.stream_position import size_text
+
+    if plan.problem is not None:
+        out.print(escape(f"state {path} resumes from {plan.saved}, which is gone: {plan.problem}"))
+    elif plan.saved != "no saved position":
+        behind = f" ({size_text(plan.backlog)} behind the log's end)" if plan.backlog else ""
+        out.print(
+            escape(
+                f"state {path} resumes from {plan.saved}, which can still be read{behind}: "
+                "resetting skips what lies between it and the end of the log"
+            )
+        )
+    else:
+        out.print(escape(f"state {path} has no saved stream position"))
+    out.print(
+        escape(
+            "reset-stream makes the state stream from the current end of the log"
+            + (
+                f", stops the unfinished snapshots ({', '.join(plan.unfinished)})"
+                if plan.unfinished
+                else ""
+            )
+            + "; the tables to snapshot again afterwards: "
+            + (", ".join(plan.tables) or "(none configured)")
+        )
+    )
+
+
+def cmd_teardown(args: argparse.Namespace) -> int:
+    """Drop what init created (slot, publication, signal table); refuses an active slot and
+    a state directory an engine holds."""
+    import contextlib
+
+    from snapshotter import stream_position as sp
+    from snapshotter.dialects.pg_setup import SetupError
+    from snapshotter.runner import state_path
+    from snapshotter.state_store import StateLockedError
+
+    config = _config(args)
+    source = config.source
+    engine = _connect(config)
+    path = state_path(config)
+    objects = [f"signal table {source.signal_table_id}"]
+    if source.kind == "postgres":
+        objects[:0] = [f"replication slot {source.slot}", f"publication {source.publication}"]
+    url = engine.url.render_as_string(hide_password=True)
+    # No state directory, no engine that could be using it: nothing to lock (or create).
+    lock: Any = StateStore(path) if config.state.dir.exists() else contextlib.nullcontext()
+    try:
+        with lock:
+            sp.refuse_active_slot(config, engine)
+            out.print(escape(f"teardown drops {', '.join(objects)} at {url}"))
+            _confirm(args, "Drop them?")
+            lines = sp.teardown(config, engine)
+    except StateLockedError as exc:
+        raise CliError(str(exc)) from None  # "in use by another snapshotter process"
+    except SetupError as exc:
+        raise CliError(f"{exc}; nothing was dropped") from None
+    except sa.exc.SQLAlchemyError as exc:
+        raise CliError(f"teardown failed: {sp.error_reason(exc)}") from None
+    for line in lines:
+        out.print(escape(line))
+    if path.exists():
+        out.print(
+            escape(
+                f"the state in {config.state.dir} still refers to the old stream position: "
+                "delete that directory to start again (then `snapshotter init`), or run "
+                "`snapshotter init` and then `snapshotter reset-stream` to keep its history"
+            )
+        )
     return 0
 
 
@@ -257,11 +428,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = _config(args)
     if args.command == "resume":
         _announce_resume(config)
+    from snapshotter.logs.binlog_reader import BinlogReaderError
     from snapshotter.logs.pg_reader import LogReaderError
     from snapshotter.progress import live_progress
     from snapshotter.runner import StopFlag, run_engine
     from snapshotter.sinks.jsonl import JsonlSinkError
     from snapshotter.state_store import StateLockedError
+    from snapshotter.stream_position import StreamPositionLost
 
     stop = StopFlag()
     stop.install()
@@ -272,16 +445,49 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
     except StateLockedError as exc:
         raise CliError(f"{exc}; is another `snapshotter run` using {config.state.dir}?") from None
+    except StreamPositionLost as exc:  # checked before the log reader opened
+        raise CliError(str(exc.for_config(args.config))) from None
+    except BinlogReaderError as exc:
+        if isinstance(exc.__cause__, StreamPositionLost):  # purged while the engine ran
+            tables = _tables_to_snapshot(config)
+            raise CliError(str(exc.__cause__.for_config(args.config, tables))) from None
+        raise CliError(str(exc)) from None
     except (StateError, ValueError, OSError, LogReaderError, JsonlSinkError) as exc:
         raise CliError(str(exc)) from None
     _print_summary(config)
     return code
 
 
+def _tables_to_snapshot(config: Config) -> list[str] | None:
+    """The tables whose changes a lost stream position may have cost (None if unknown)."""
+    from snapshotter.runner import open_dialect, state_path
+    from snapshotter.stream_position import captured_tables, tables_to_snapshot
+
+    try:
+        state = StateStore(state_path(config)).load()
+    except StateError:
+        return None
+    dialect = open_dialect(config)
+    try:
+        return tables_to_snapshot(captured_tables(config, dialect), state)
+    finally:
+        dialect.close()
+
+
 def _announce_resume(config: Config) -> None:
     from snapshotter.runner import state_path
 
     path = state_path(config)
+    if not path.exists() and Path(f"{path}.lock").exists():
+        # A run was here and died before its first save (it saves one before writing any
+        # output): nothing was acknowledged, so starting from the beginning loses nothing.
+        out.print(
+            escape(
+                f"no state was saved in {config.state.dir} before the last run stopped: "
+                "starting from the beginning, as `snapshotter run` does"
+            )
+        )
+        return
     if not path.exists():
         raise CliError(
             f"nothing to resume: no saved state in {config.state.dir}; use `snapshotter run`",
@@ -333,6 +539,7 @@ def _landing_status(config: Config, sink: dict[str, Any]) -> dict[str, Any]:
 def cmd_status(args: argparse.Namespace) -> int:
     from snapshotter.runner import state_path
     from snapshotter.status import status_report
+    from snapshotter.stream_position import stream_health
 
     config = _config(args)
     path = state_path(config)
@@ -340,8 +547,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         state = StateStore(path).load()
     except StateError as exc:
         raise CliError(str(exc)) from None
-    lag = _lag_bytes(config, state.stream.resume)
-    report = status_report(state, lag)
+    health = stream_health(config, state, args.config)
+    lag = _lag_bytes(config, state.stream.resume) if health.reachable else None
+    report = status_report(state, lag, health.warnings)
     if config.sink.kind == "spark":
         report["landing"] = _landing_status(config, state.sink)
     if config.sink.kind == "kafka":
@@ -387,6 +595,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
     for problem in report["signal_problems"]:
         out.print(escape(f"signal {problem['signal_id']} ({problem['type']}): {problem['error']}"))
+    for warning in report["warnings"]:
+        out.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     return 0
 
 
@@ -523,7 +733,9 @@ def build_parser() -> argparse.ArgumentParser:
         run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
         run.set_defaults(func=cmd_run)
 
-    status = with_config(sub.add_parser("status", help="snapshot progress and stream lag"))
+    status = with_config(
+        sub.add_parser("status", help="snapshot progress, stream lag and position warnings")
+    )
     status.add_argument("--json", action="store_true", help="print JSON")
     status.set_defaults(func=cmd_status)
 
@@ -542,6 +754,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     verify.add_argument("--json", action="store_true", help="print JSON")
     verify.set_defaults(func=cmd_verify)
+
+    reset = with_config(
+        sub.add_parser(
+            "reset-stream",
+            help="stream from the current end of the log (after the saved position was lost)",
+        )
+    )
+    reset.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    reset.set_defaults(func=cmd_reset_stream)
+
+    teardown = with_config(
+        sub.add_parser("teardown", help="drop the replication slot, publication and signal table")
+    )
+    teardown.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    teardown.set_defaults(func=cmd_teardown)
 
     signals = with_config(sub.add_parser("signals", help="list the signal table, parsed"))
     signals.add_argument("--json", action="store_true", help="print JSON")

@@ -65,6 +65,9 @@ class SourceConfig(_Section):
     # server's and every other replica's (a second client with the same id disconnects the
     # first). Unset: a random id in 5400..6399 per run, as Debezium picks.
     server_id: int | None = Field(default=None, ge=1, le=4_294_967_295)
+    # `snapshotter status` warns when more log than this waits unread behind the saved
+    # position (PostgreSQL: WAL the slot retains; MySQL: binlog bytes after the position).
+    backlog_warn_mb: int = Field(default=1024, ge=0)
 
     @field_validator("signal_table")
     @classmethod
@@ -233,6 +236,10 @@ class SparkConfig(_Section):
 
 class StateConfig(_Section):
     dir: Path = Path("snapshotter-state")
+    # How often the engine asks the sink to make its output durable and then saves state
+    # (Debezium's offset.flush.interval.ms): after a crash, at most about this much output
+    # is sent again.
+    checkpoint_interval_ms: int = Field(default=1000, ge=10, le=600_000)
 
 
 class Config(_Section):

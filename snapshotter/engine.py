@@ -14,11 +14,14 @@ that checkpoint, and the log replays whatever followed it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+import sqlalchemy as sa
 
 from signals import (
     ExecuteSnapshot,
@@ -55,6 +58,7 @@ from snapshotter.core.state import (
 from snapshotter.core.visibility import RecentTransactions
 from snapshotter.core.window import ChunkWindow, WindowPhase, buffer_key
 from snapshotter.dialects.base import Dialect, TableSchema
+from snapshotter.faults import failpoint
 from snapshotter.logs.base import Change, Commit, LogItem, LogReader, Notice, Progress, TableShape
 from snapshotter.sinks.base import Sink
 from snapshotter.state_store import StateStore
@@ -64,14 +68,25 @@ log = logging.getLogger("snapshotter.engine")
 KeyColumns = Callable[[TableId], Sequence[str] | None]
 OpenReader = Callable[[Mapping[str, Any], KeyColumns], LogReader]
 
-CHECKPOINT_INTERVAL_S = 1.0
 WINDOWS_IN_FLIGHT = 3  # waiting for their close watermark in the log, or being read
 READ_TIMEOUT_S = 0.05
 REPORT_INTERVAL_S = 5.0
+# The snapshot side's database calls failing for a transient reason (the dialect's
+# ``is_transient``: connection lost, server restarting or unreachable) are retried, after
+# RETRY_FIRST_S doubling up to RETRY_MAX_S, for up to SOURCE_RETRY_FOR_S of continuous
+# failure (the ``retry_for`` parameter; this default when it is None); then the engine stops.
+SOURCE_RETRY_FOR_S = 60.0
+RETRY_FIRST_S = 0.5
+RETRY_MAX_S = 5.0
 
 
 class EngineStop(Exception):
     """Raised by a stop callback to end ``run`` cleanly (state saved)."""
+
+
+class SourceUnavailableError(ConnectionError):
+    """The source database stayed unreachable past the retry bound. Nothing is failed or
+    lost: the engine stopped with its state saved, and ``snapshotter resume`` continues."""
 
 
 @dataclass
@@ -116,6 +131,7 @@ class Engine:
         store: StateStore,
         hooks: PhaseHooks | None = None,
         on_progress: Callable[[EngineState], None] | None = None,
+        retry_for: float | None = None,
     ) -> None:
         self._config = config
         self._source = config.source
@@ -153,6 +169,7 @@ class Engine:
         self._keep_history = not dialect.commits_visible_in_log_order
         self._pending: dict[int, _Pending] = {}
         self._last_checkpoint = 0.0
+        self._checkpoint_interval = config.state.checkpoint_interval_ms / 1000
         self._dirty = False  # something worth a checkpoint happened since the last one
         self._boundary: Mapping[str, Any] | None = None  # resume point of the last txn end
         self._boundary_offset = 0
@@ -165,6 +182,12 @@ class Engine:
         self._in_txn = False  # a transaction's changes are being handed over
         # Events on their way to the sink, in order; written in batches (one call per read).
         self._out: list[ChangeEvent] = []
+        # Transient source failures of the snapshot side (see SOURCE_RETRY_FOR_S).
+        self._retry_for = SOURCE_RETRY_FOR_S if retry_for is None else retry_for
+        self._failing_since: float | None = None  # first failure of the current outage
+        self._retry_at = 0.0  # no database call of the snapshot side before this
+        self._retry_delay = RETRY_FIRST_S
+        self.retried_tasks = 0  # tasks submitted again after a transient failure (this run)
 
     # ---------------------------------------------------------------- running
 
@@ -177,9 +200,18 @@ class Engine:
         failed, was stopped or is paused (the CLI's contract for ``--until-caught-up``).
         """
         self._sink.open(self.state.sink or None)
-        self._resume_unfinished()
-        self._refresh_unfinished_keys()
-        reader = self._open_reader(self.state.stream.resume, self._key_columns_of)
+        try:
+            if not self.state.sink:
+                self._save_first_checkpoint()
+            self._resume_unfinished()
+            self._refresh_unfinished_keys()
+            reader = self._open_reader(self.state.stream.resume, self._key_columns_of)
+        except BaseException:
+            # Nothing was written: release the sink (its threads, a Spark session) and go.
+            with contextlib.suppress(Exception):
+                self._sink.close()
+            self._dialect.close()
+            raise
         self._reader = reader
         worker = ChunkWorker(self._dialect, self._hooks)
         self._worker = worker
@@ -212,6 +244,21 @@ class Engine:
         while self._in_txn and time.monotonic() < deadline:
             for item in self._reader.read(READ_TIMEOUT_S):
                 self._handle(item)
+
+    def _save_first_checkpoint(self) -> None:
+        """On a first start, save state naming the empty sink before writing anything: a
+        crash before the first regular checkpoint then leaves state that cuts the sink back
+        to nothing (else the next start would find output no state accounts for)."""
+        checkpoint = self._sink.checkpoint()
+        deadline = time.monotonic() + 30
+        while not self.state.sink and time.monotonic() < deadline:
+            for ack in self._sink.acknowledged():
+                if ack.checkpoint == checkpoint:
+                    self.state.sink = dict(ack.resume)
+            if not self.state.sink:
+                time.sleep(0.01)
+        if self.state.sink:
+            self._store.save(self.state)
 
     def _resume_unfinished(self) -> None:
         for progress in self.state.snapshots:
@@ -394,7 +441,9 @@ class Engine:
     def _execute(self, signal: ExecuteSnapshot, position: Position) -> None:
         schema = self._source.default_schema
         try:
-            known = self._dialect.list_tables()
+            known = self._list_tables()
+        except SourceUnavailableError:
+            raise  # the signal is not recorded as processed: the next run reads it again
         except Exception as exc:
             self._problem(signal.id, signal.type.value, f"cannot list tables: {exc}", position)
             return
@@ -522,7 +571,7 @@ class Engine:
 
     def _schedule(self) -> None:
         """Give the worker its next task: start the active table, or read its next chunk."""
-        if self._worker.busy:
+        if self._worker.busy or time.monotonic() < self._retry_at:
             return
         progress = self.state.active()
         if progress is None:
@@ -567,12 +616,17 @@ class Engine:
 
     def _on_result(self, result: TableStarted | ChunkRead | TaskFailed) -> None:
         task = result.task
+        if not isinstance(result, TaskFailed):
+            self._source_answers()
         progress = self.state.progress(task.table)
         if progress is None or progress.signal_id != task.signal_id or progress.status.finished:
             return  # stopped or failed meanwhile
         run = self._run_of(progress)
         if isinstance(result, TaskFailed):
-            self._fail(run, result.error)
+            if result.transient:
+                self._retry(run, result)
+            else:
+                self._fail(run, result.error)
             return
         if isinstance(result, TableStarted):
             run.starting = False
@@ -662,6 +716,7 @@ class Engine:
         if progress.status.finished:
             return  # the next chunk's failure (or a stop) just ended this snapshot
         self._schedule()
+        failpoint("window.close")
         # Rule 5: the close watermark is an output barrier: the survivors go to the sink now,
         # before the engine handles any log item after the watermark.
         self._out.extend(batch.events(event.source, _now_ms()))
@@ -699,6 +754,94 @@ class Engine:
             self._drop_run(progress)
         if self._on_progress is not None:
             self._on_progress(self.state)
+
+    # ---------------------------------------------------------------- source outages
+
+    def _retry(self, run: _TableRun, failed: TaskFailed) -> None:
+        """A task failed because the database could not be reached: void its window (its
+        watermarks, if any were written, are then ignored) and submit it again after a
+        backoff. Past the bound, stop the engine (state saved, the snapshot not failed)."""
+        task = failed.task
+        if isinstance(task, StartTask):
+            run.starting = False  # _schedule submits the StartTask again
+        else:
+            run.reading = False
+            window_id = task.window.window_id
+            if window_id in run.awaiting:
+                # Only the newest window can fail (one read at a time, in order): the windows
+                # before it stay valid, and the next read starts where this one did.
+                run.awaiting.discard(window_id)
+                if window_id in run.flights:
+                    run.flights.remove(window_id)
+                self._windows.pop(window_id, None)
+                run.cursor = task.after
+                run.next_number = task.number
+        what = (
+            f"starting the snapshot of {task.table}"
+            if isinstance(task, StartTask)
+            else f"chunk {task.number} of {task.table}"
+        )
+        self._source_failed(what, failed.error)
+        self.retried_tasks += 1
+
+    def _source_failed(self, what: str, error: str) -> None:
+        """Note a transient failure of the snapshot side's database calls; raise
+        SourceUnavailableError once they have failed for ``retry_for`` seconds in a row."""
+        now = time.monotonic()
+        if self._failing_since is None:
+            self._failing_since = now
+            self._retry_delay = RETRY_FIRST_S
+        failing = now - self._failing_since
+        if failing >= self._retry_for:
+            raise SourceUnavailableError(
+                f"the source database ({self._server()}) has been unreachable for "
+                f"{failing:.0f} s ({what}: {error}); stopping. Nothing is lost and no "
+                "snapshot is marked failed: the state is saved, and `snapshotter resume` "
+                "continues where it stopped once the database is up"
+            )
+        log.warning(
+            "%s: the source database is unreachable (%s); retrying in %.1f s (for up to "
+            "%.0f s more)",
+            what,
+            error,
+            self._retry_delay,
+            self._retry_for - failing,
+        )
+        self._retry_at = now + self._retry_delay
+        self._retry_delay = min(self._retry_delay * 2, RETRY_MAX_S)
+
+    def _list_tables(self) -> list[TableId]:
+        """The source's tables, waiting out a source that is restarting (on this thread: the
+        log cannot move on without the database either), so a signal read at that moment
+        is not lost to a transient error."""
+        while True:
+            try:
+                tables = self._dialect.list_tables()
+            except Exception as exc:
+                if not self._dialect.is_transient(exc):
+                    raise
+                self._source_failed("listing tables for execute-snapshot", str(exc))
+                time.sleep(max(0.0, self._retry_at - time.monotonic()))
+                continue
+            self._source_answers()
+            return tables
+
+    def _source_answers(self) -> None:
+        if self._failing_since is not None:
+            log.info(
+                "the source database answers again after %.1f s; the snapshot goes on",
+                time.monotonic() - self._failing_since,
+            )
+            self._failing_since = None
+            self._retry_at = 0.0
+
+    def _server(self) -> str:
+        """The source as host:port/database, without credentials (for messages)."""
+        try:
+            url = sa.make_url(self._source.url)
+        except Exception:
+            return "the configured source.url"
+        return f"{url.host or 'localhost'}:{url.port or 'default port'}/{url.database or ''}"
 
     def _reread(self, run: _TableRun) -> None:
         """Forget the table's windows and read again from the last durable chunk."""
@@ -769,7 +912,7 @@ class Engine:
     # ---------------------------------------------------------------- checkpoints
 
     def _due(self) -> bool:
-        return time.monotonic() - self._last_checkpoint >= CHECKPOINT_INTERVAL_S
+        return time.monotonic() - self._last_checkpoint >= self._checkpoint_interval
 
     def _maybe_checkpoint(self) -> None:
         if self._dirty and self._boundary is not None and not self._in_txn and self._due():
@@ -810,14 +953,27 @@ class Engine:
             self._target = None
             return False
         if self._target is None:
-            self._target = self._dialect.log_end()
+            if time.monotonic() < self._retry_at:
+                return False
+            try:
+                self._target = self._dialect.log_end()
+            except Exception as exc:
+                if not self._dialect.is_transient(exc):
+                    raise
+                self._source_failed("reading the log end", " ".join(str(exc).split()))
+                return False
+            self._source_answers()
         if self._boundary_offset < self._target:
             now = time.monotonic()
             if now - self._last_progress_request > 0.2:
                 self._reader.request_progress()
                 self._last_progress_request = now
             return False
-        if self._dirty and self._boundary is not None and not self._in_txn:
+        # One checkpoint past the target, then wait for its acknowledgement: under steady
+        # traffic a checkpoint per loop would save state every few milliseconds while a sink
+        # that acknowledges later (Kafka) catches up.
+        ready = self._dirty and self._boundary is not None and not self._in_txn
+        if ready and (not self._pending or self._due()):
             self._checkpoint()
         self._collect_acks()
         return not self._pending and not self._in_txn

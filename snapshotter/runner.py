@@ -134,9 +134,13 @@ def _binlog_reader_opener(
     from snapshotter.dialects.mysql import MySqlDialect
     from snapshotter.logs.binlog_decoder import BinlogDecoder
     from snapshotter.logs.binlog_reader import BinlogLogReader
+    from snapshotter.stream_position import check_before_streaming
 
     assert isinstance(dialect, MySqlDialect)
     source = config.source
+    # Before anything opens: a saved binlog position the server no longer has is an error
+    # that says what to do, never a silent start elsewhere.
+    check_before_streaming(config, dialect, state_path(config))
     selectors = [
         s.with_default_schema(source.default_schema) if isinstance(s, TableId) else s
         for s in map(parse_table_selector, source.tables)
@@ -174,7 +178,12 @@ def _binlog_reader_opener(
 def _pg_reader_opener(
     config: Config, dialect: Dialect
 ) -> Callable[[Mapping[str, Any], Callable[[TableId], Sequence[str] | None]], LogReader]:
+    from snapshotter.stream_position import check_before_streaming
+
     source = config.source
+    # Before anything opens: PostgreSQL would start a dropped-and-recreated or moved-on slot
+    # at its own position, skipping changes without a word; a lost slot is no better.
+    check_before_streaming(config, dialect, state_path(config))
 
     def open_reader(
         resume: Mapping[str, Any], key_columns: Callable[[TableId], Sequence[str] | None]

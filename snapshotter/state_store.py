@@ -16,6 +16,7 @@ from pathlib import Path
 from types import TracebackType
 
 from snapshotter.core.state import EngineState, StateError
+from snapshotter.faults import failpoint
 
 
 class StateLockedError(StateError):
@@ -49,6 +50,7 @@ class StateStore:
                 f.write(state.to_json())
                 f.flush()
                 os.fsync(f.fileno())
+            failpoint("state.write")
             os.replace(tmp, self.path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

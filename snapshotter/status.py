@@ -4,6 +4,7 @@ takes the state lock, so it works while an engine runs."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from typing import Any
 
 from snapshotter.core.keys import Key
@@ -26,7 +27,11 @@ def _key(key: Key | None) -> list[Any] | None:
     return out
 
 
-def status_report(state: EngineState, lag_bytes: int | None) -> dict[str, Any]:
+def status_report(
+    state: EngineState, lag_bytes: int | None, warnings: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The report ``status`` prints; ``warnings`` are the stream position's health
+    (snapshotter.stream_position.stream_health)."""
     return {
         "snapshots": [
             {
@@ -47,4 +52,5 @@ def status_report(state: EngineState, lag_bytes: int | None) -> dict[str, Any]:
             {"signal_id": s.signal_id, "type": s.signal_type, "error": s.message}
             for s in state.signal_problems
         ],
+        "warnings": list(warnings),
     }

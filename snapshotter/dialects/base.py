@@ -8,7 +8,7 @@ queries, the watermark insert, and capture setup. Log reading is behind ``LogRea
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -22,6 +22,29 @@ from snapshotter.core.visibility import ReadVisibility
 
 class TableError(Exception):
     """A table that cannot be snapshotted as asked; the message says why and what to do."""
+
+
+class ChunkReadError(Exception):
+    """A read failed for a reason outside the query (connection lost, server restarting or
+    shutting down): worth retrying, unlike a TableError."""
+
+
+def error_chain(exc: BaseException) -> Iterable[BaseException]:
+    """``exc``, then what it wraps, each once: SQLAlchemy's ``orig`` (the driver's error)
+    and the ``raise ... from`` causes (what ``Dialect.is_transient`` looks through)."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        error = todo.pop(0)
+        if id(error) in seen:
+            continue
+        seen.add(id(error))
+        yield error
+        orig = getattr(error, "orig", None)
+        if isinstance(orig, BaseException):
+            todo.append(orig)
+        if error.__cause__ is not None:
+            todo.append(error.__cause__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +166,13 @@ class Dialect(Protocol):
     def ensure_captured(self, tables: Sequence[TableId]) -> list[TableId]:
         """Make the log carry these tables (PostgreSQL: ALTER PUBLICATION ... ADD TABLE);
         returns those that were added. Committed when this returns."""
+        ...
+
+    def is_transient(self, exc: BaseException) -> bool:
+        """Whether ``exc`` (raised by one of these methods) means the connection was lost or
+        the server is restarting, shutting down or unreachable: the engine retries the call
+        later instead of failing the snapshot. False for what the query or the table did
+        (bad filter, permissions, missing table, data), and for authentication failures."""
         ...
 
     def close(self) -> None: ...

@@ -26,7 +26,16 @@ import sqlalchemy as sa
 
 from snapshotter.dialects.pg_setup import Problem
 
-__all__ = ["Problem", "ServerFacts", "check", "check_prerequisites", "gather"]
+__all__ = [
+    "BinlogRetention",
+    "Problem",
+    "ServerFacts",
+    "binary_logs",
+    "binlog_retention",
+    "check",
+    "check_prerequisites",
+    "gather",
+]
 
 MIN_RETENTION_SECONDS = 86_400  # warn when binlogs are purged sooner than this
 SUGGESTED_RETENTION_DAYS = 7
@@ -416,6 +425,72 @@ def _check_retention(facts: ServerFacts) -> list[Problem]:
             "warning",
         )
     ]
+
+
+# --- binlog files and retention (run's check, status) -----------------------------------
+
+
+def binary_logs(conn: sa.Connection) -> list[tuple[str, int]]:
+    """``SHOW BINARY LOGS``: each binlog file the server still has, oldest first, with its
+    size in bytes (the current file's size so far). Needs REPLICATION CLIENT / BINLOG
+    MONITOR; fails when binary logging is off."""
+    rows = conn.exec_driver_sql("SHOW BINARY LOGS").all()
+    return [(str(name), int(size)) for name, size, *_ in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class BinlogRetention:
+    """How long the server keeps binlog files, and the setting that says so."""
+
+    seconds: float | None  # 0: never purged automatically; None: not reported
+    setting: str  # "binlog_expire_logs_seconds = 172800", as the server reports it
+
+    def __str__(self) -> str:
+        if self.seconds is None:
+            return "the server reports no binlog retention setting"
+        if self.seconds == 0:
+            return f"the server never purges binlogs by itself ({self.setting})"
+        return f"the server purges binlogs after {_duration(self.seconds)} ({self.setting})"
+
+
+def binlog_retention(conn: sa.Connection) -> BinlogRetention:
+    """The retention settings of the server (read as :func:`gather` reads them)."""
+    values = _global_variables(conn)
+    auto_purge = values.get("binlog_expire_logs_auto_purge")
+    seconds_text = values.get("binlog_expire_logs_seconds")
+    days_text = values.get("expire_logs_days")
+    facts = ServerFacts(
+        version="",
+        is_mariadb=False,
+        log_bin=True,
+        server_id=None,
+        user="",
+        database=None,
+        binlog_expire_logs_seconds=_as_int(seconds_text),
+        expire_logs_days=_as_float(days_text),
+        binlog_expire_logs_auto_purge=None if auto_purge is None else _truthy(auto_purge),
+    )
+    if facts.binlog_expire_logs_auto_purge is False:
+        setting = "binlog_expire_logs_auto_purge = OFF"
+    elif facts.binlog_expire_logs_seconds or (days_text is None and seconds_text is not None):
+        setting = f"binlog_expire_logs_seconds = {seconds_text}"
+    elif days_text is not None:
+        setting = f"expire_logs_days = {_number(facts.expire_logs_days or 0)}"
+    else:
+        setting = "no binlog_expire_logs_seconds or expire_logs_days"
+    return BinlogRetention(facts.binlog_retention_seconds, setting)
+
+
+def _as_float(value: str | None) -> float | None:
+    try:
+        return None if value is None or value == "" else float(value)
+    except ValueError:
+        return None
+
+
+def _as_int(value: str | None) -> int | None:
+    number = _as_float(value)
+    return None if number is None else int(number)
 
 
 def _duration(seconds: float) -> str:

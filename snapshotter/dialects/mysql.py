@@ -35,8 +35,17 @@ from signals.names import TableId
 from signals.table import insert_signal
 from snapshotter.core.keys import Key
 from snapshotter.dialects import my_types
-from snapshotter.dialects.base import ChunkRead, ColumnInfo, Dialect, TableError, TableSchema
+from snapshotter.dialects.base import (
+    ChunkRead,
+    ChunkReadError,
+    ColumnInfo,
+    Dialect,
+    TableError,
+    TableSchema,
+    error_chain,
+)
 from snapshotter.dialects.sql_common import (
+    CHUNK_QUERY,
     StatementCache,
     bound_params,
     check_bounds,
@@ -47,15 +56,28 @@ from snapshotter.dialects.sql_common import (
     sa_table,
     signal_filter,
 )
+from snapshotter.faults import failpoint
 
 _SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
-# Client errors that mean the connection, not the query, failed: worth a retry.
-_CONNECTION_ERRORS = frozenset({2002, 2003, 2006, 2013, 2055, 1053, 1927, 4031})
+# Errors that mean the connection, not the query, failed, or the server is going away or
+# full: worth a retry. CR_CONNECTION_ERROR, CR_CONN_HOST_ERROR, CR_SERVER_GONE_ERROR,
+# CR_SERVER_LOST, CR_SERVER_LOST_EXTENDED; ER_CON_COUNT_ERROR, ER_SERVER_SHUTDOWN, MariaDB's
+# ER_CONNECTION_KILLED, MySQL's ER_CLIENT_INTERACTION_TIMEOUT. Not retried: access denied
+# (1045), an unknown database (1049), anything the query did.
+_CONNECTION_ERRORS = frozenset({2002, 2003, 2006, 2013, 2055, 1040, 1053, 1927, 4031})
 
 
-class ChunkReadError(Exception):
-    """Reading failed for a reason outside the query (connection lost, server restarting):
-    worth retrying, unlike a TableError."""
+def _transient(error: BaseException) -> bool:
+    if isinstance(error, ChunkReadError | ConnectionError):
+        return True
+    if isinstance(error, sa.exc.DBAPIError) and error.connection_invalidated:
+        return True
+    if isinstance(error, pymysql.err.InterfaceError):
+        return True  # pymysql's (0, ''): the connection is closed
+    if isinstance(error, pymysql.err.Error):
+        code = error.args[0] if error.args and isinstance(error.args[0], int) else None
+        return code in _CONNECTION_ERRORS
+    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +178,12 @@ class MySqlDialect:
                 cur.execute("SET time_zone = '+00:00'")
             self._conn = conn
         return self._conn
+
+    def is_transient(self, exc: BaseException) -> bool:
+        """A lost or refused connection, a server shutting down or out of connections, a
+        killed connection: retry. Not: what the query did, access denied, a missing
+        database."""
+        return any(_transient(error) for error in error_chain(exc))
 
     def close(self) -> None:
         with self._conn_lock:
@@ -299,7 +327,7 @@ class MySqlDialect:
         limit: int,
     ) -> ChunkRead:
         sql, params = self._chunk_statement(schema, key_columns, after, upto, condition, limit)
-        rows = self._read(schema.table, "chunk query", sql, params)
+        rows = self._read(schema.table, CHUNK_QUERY, sql, params)
         return ChunkRead(rows_to_arrow(schema, rows), last_key(schema, key_columns, rows), None)
 
     def explain_chunk(
@@ -392,6 +420,8 @@ class MySqlDialect:
                     try:
                         cur.execute(sql, params)
                         rows = list(cur.fetchall())
+                        if what == CHUNK_QUERY:
+                            failpoint("chunk.select")
                     finally:
                         if conn.open:
                             cur.execute("COMMIT")
@@ -403,7 +433,7 @@ class MySqlDialect:
         code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
         detail = exc.args[1] if len(exc.args) > 1 else str(exc)
         message = f"{what} on table {table} failed: ({code}) {detail}"
-        if code in _CONNECTION_ERRORS or isinstance(exc, pymysql.err.InterfaceError):
+        if _transient(exc):
             if self._conn is not None:
                 with contextlib.suppress(pymysql.err.Error):
                     self._conn.close()

@@ -34,8 +34,17 @@ from signals.table import insert_signal
 from snapshotter.core.keys import Key
 from snapshotter.core.visibility import PgSnapshot
 from snapshotter.dialects import pg_setup, pg_types
-from snapshotter.dialects.base import ChunkRead, ColumnInfo, Dialect, TableError, TableSchema
+from snapshotter.dialects.base import (
+    ChunkRead,
+    ChunkReadError,
+    ColumnInfo,
+    Dialect,
+    TableError,
+    TableSchema,
+    error_chain,
+)
 from snapshotter.dialects.sql_common import (
+    CHUNK_QUERY,
     StatementCache,
     bound_params,
     check_bounds,
@@ -46,6 +55,7 @@ from snapshotter.dialects.sql_common import (
     sa_table,
     signal_filter,
 )
+from snapshotter.faults import failpoint
 
 DEFAULT_SCHEMA = pg_setup.DEFAULT_SCHEMA
 
@@ -78,9 +88,43 @@ _RELKIND_NAMES = {
 _JSON = pg_types.JSON_OIDS
 
 
-class ChunkReadError(Exception):
-    """Reading failed for a reason outside the query (connection lost, server shutting down,
-    statement cancelled): worth retrying, unlike a TableError."""
+# Server errors that mean the server is going away, coming back or out of connection slots
+# (a restart, a terminated backend, a crash of another backend): worth retrying. Class 08 is
+# a lost or refused connection.
+_TRANSIENT_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300"})
+# libpq reports a failed connection attempt without a SQLSTATE: these words in its message
+# mean the server answered and refused us, which no retry fixes.
+_REFUSED = (
+    "authentication failed",
+    "pg_hba.conf",
+    "does not exist",
+    "permission denied",
+    "must be superuser",
+    "replication role",
+    "no password supplied",
+)
+
+
+def pg_error_is_transient(sqlstate: str | None, message: str) -> bool:
+    """Whether a PostgreSQL error (its SQLSTATE, None for what libpq reports itself, such as
+    a refused or dropped connection) means the connection was lost or the server is
+    restarting or unavailable, rather than a problem a retry cannot fix."""
+    if sqlstate is None:
+        lowered = message.lower()
+        return not any(word in lowered for word in _REFUSED)
+    return sqlstate.startswith("08") or sqlstate in _TRANSIENT_SQLSTATES
+
+
+def _transient(error: BaseException) -> bool:
+    if isinstance(error, ChunkReadError | ConnectionError):
+        return True
+    if isinstance(error, sa.exc.DBAPIError) and error.connection_invalidated:
+        return True
+    if isinstance(error, psycopg.Error):
+        if error.sqlstate is None and not isinstance(error, psycopg.OperationalError):
+            return False  # a client-side error of ours (a closed cursor, a bad parameter)
+        return pg_error_is_transient(error.sqlstate, str(error))
+    return False
 
 
 class _SqlType(UserDefinedType[Any]):
@@ -165,6 +209,12 @@ class PostgresDialect:
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         conn.read_only = True
         return conn
+
+    def is_transient(self, exc: BaseException) -> bool:
+        """A lost or refused connection, a server shutting down, starting up or crashed, a
+        terminated backend, no free connection slot: retry. Not: what the query did, an
+        authentication or permission failure, a missing database."""
+        return any(_transient(error) for error in error_chain(exc))
 
     def close(self) -> None:
         with self._conn_lock:
@@ -317,7 +367,7 @@ class PostgresDialect:
         limit: int,
     ) -> ChunkRead:
         sql, params = self._chunk_statement(schema, key_columns, after, upto, condition, limit)
-        rows, snapshot = self._read(schema.table, "chunk query", sql, params)
+        rows, snapshot = self._read(schema.table, CHUNK_QUERY, sql, params)
         return ChunkRead(
             rows_to_arrow(schema, rows),
             last_key(schema, key_columns, rows),
@@ -394,6 +444,8 @@ class PostgresDialect:
                 with conn.transaction():
                     snapshot = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
                     rows = conn.execute(sql, params).fetchall()
+                    if what == CHUNK_QUERY:
+                        failpoint("chunk.select")
             except psycopg.Error as exc:
                 raise self._failure(table, what, exc) from exc
         assert snapshot is not None
@@ -407,7 +459,7 @@ class PostgresDialect:
         if conn is not None and (conn.broken or conn.closed):
             conn.close()
             self._conn = None  # reconnect on the next read
-        if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+        if _transient(exc):
             return ChunkReadError(message)
         return TableError(message)
 

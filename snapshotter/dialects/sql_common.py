@@ -14,6 +14,7 @@ from snapshotter.core.keys import Key
 from snapshotter.dialects.base import TableError, TableSchema
 
 _MAX_CACHED_QUERIES = 256
+CHUNK_QUERY = "chunk query"  # what a chunk read is called in errors (and fault points)
 
 
 def sa_table(schema: TableSchema) -> sa.TableClause:

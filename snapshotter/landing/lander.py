@@ -47,6 +47,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from signals.names import TableId
+from snapshotter.faults import failpoint
 from snapshotter.landing.staging import StagedBatch, StagedTable
 from snapshotter.landing.types import BATCH, META_COLUMNS, OP, POS, UNAVAILABLE
 
@@ -232,6 +233,7 @@ class Lander:
             self._land_delta(table, meta, batch, lo, hi, truncated_at)
         else:
             self._land_parquet(table, batch)
+        failpoint("spark.land")
         meta.landed_through = max(meta.landed_through, hi)
         meta.tail_rows += sum(s.rows for s in staged)
         self._save_meta(table, meta)

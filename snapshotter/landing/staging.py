@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from signals.names import TableId
+from snapshotter.faults import failpoint
 from snapshotter.landing.types import OP, POS, UNAVAILABLE
 
 MANIFEST = "manifest.json"
@@ -140,6 +141,7 @@ class StagingArea:
             )
             _fsync_path(manifest)
             _fsync_path(tmp)
+            failpoint("sink.flush")
             os.replace(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)

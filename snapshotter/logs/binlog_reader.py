@@ -189,12 +189,22 @@ class BinlogLogReader:
         where = f"{self._boundary['file']} at {self._boundary['pos']}"
         detail = exc.args[-1] if exc.args else exc
         if code == 1236:
-            return BinlogReaderError(
-                f"the server cannot send the binlog from {where}: {detail}. The binlog "
-                "the state resumes from was probably purged (binlog_expire_logs_seconds / "
-                "expire_logs_days): keep binlogs longer, then start over with a fresh state "
-                "directory and snapshot the tables again"
+            # The message of a lost position (what to run: reset-stream, execute-snapshot),
+            # kept as the cause so that the CLI can name the config file and the tables.
+            from snapshotter.stream_position import LostPosition, StreamPositionLost
+
+            lost = StreamPositionLost(
+                LostPosition(
+                    f"the server cannot send the binlog from {where}: {detail}. The binlog "
+                    "file was probably purged (binlog_expire_logs_seconds / "
+                    "expire_logs_days, or PURGE BINARY LOGS; keep binlogs longer than the "
+                    "engine may be stopped), or binary logging was reset",
+                    f"binlog file {where}",
+                )
             )
+            error = BinlogReaderError(str(lost))
+            error.__cause__ = lost
+            return error
         return BinlogReaderError(f"reading the binlog from {where} failed: {detail}")
 
     def _fail(self, exc: BaseException) -> None:

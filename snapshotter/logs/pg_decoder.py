@@ -91,6 +91,12 @@ class PgOutputDecoder:
         self._pending: list[LogItem] = []  # notices raised while loading values
         self._unloadable_noticed: set[tuple[TableId, str]] = set()
 
+    def restart(self) -> None:
+        """The stream starts over on a new connection (the reader reconnected): the server
+        sends again from a transaction's Begin, so forget the transaction that was open.
+        Relations stay known (the server describes each again before its first change)."""
+        self._txn = None
+
     def feed(self, data: bytes, wal_start: int) -> list[LogItem]:
         """Decode one message; ``wal_start`` is its XLogData frame's start LSN.
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from signals.names import TableId
+from snapshotter import faults
 from snapshotter.core.events import ChangeEvent
 from snapshotter.sinks.base import Ack
 from snapshotter.sinks.encoding import (
@@ -110,7 +111,9 @@ class JsonlSink:
             # whose primary key is altered gets the new names from the next batch on.
             names: dict[TableId, tuple[str, ...]] = {}
             lines = [self._line(event, names) for event in events]
-            self._file.write("".join(lines).encode("utf-8"))
+            data = "".join(lines).encode("utf-8")
+            faults.failpoint("sink.flush", before=lambda: self._write_torn(data))
+            self._file.write(data)
 
     def checkpoint(self) -> int:
         if self._file is None:
@@ -134,6 +137,12 @@ class JsonlSink:
         finally:
             self._file.close()
             self._file = None
+
+    def _write_torn(self, data: bytes) -> None:
+        """Fault suite: half the batch reaches the file (most often a torn line)."""
+        assert self._file is not None
+        self._file.write(data[: len(data) // 2])
+        self._file.flush()
 
     # Encoding
 

@@ -33,6 +33,7 @@ from typing import Any
 import pyarrow as pa
 
 from signals.names import TableId
+from snapshotter import faults
 from snapshotter.core.events import ChangeEvent, Op
 from snapshotter.core.values import UNAVAILABLE_VALUE, RawJson
 from snapshotter.dialects.base import TableSchema
@@ -176,10 +177,18 @@ class KafkaSink:
         if self._producer is None:
             raise KafkaSinkError("the Kafka sink is not open")
         names: dict[TableId, tuple[str, ...]] = {}
+        faults.failpoint("sink.flush", before=lambda: self._send_half(events))
         for event in events:
             self._send_event(event, names)
             if self._unflushed > self._max_unflushed:
                 self._wait_for_kafka()
+
+    def _send_half(self, events: Sequence[ChangeEvent]) -> None:
+        """Fault suite: half the batch is in Kafka (acknowledged), the rest never sent."""
+        names: dict[TableId, tuple[str, ...]] = {}
+        for event in events[: len(events) // 2]:
+            self._send_event(event, names)
+        self._producer.flush()
 
     def _wait_for_kafka(self) -> None:
         """Wait until Kafka acknowledged everything sent so far (bounds the memory the

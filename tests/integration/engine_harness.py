@@ -79,7 +79,8 @@ class Capture:
     schema: str
     directory: Path
     chunk_size: int = 500
-    extra_config: str = ""
+    extra_config: str = ""  # more [source] settings
+    state_config: str = ""  # more [state] settings
     tables: Sequence[str] = ()
     kind: str = "postgres"  # or "mysql" (MariaDB here; MySQL 8 with docker compose)
     sink: str = "jsonl"  # or "spark": staged Parquet landed by Spark (local mode) into "lake"
@@ -117,6 +118,7 @@ chunk_size = {self.chunk_size}
 
 [state]
 dir = "state"
+{self.state_config}
 """.replace("'", '"'),
             encoding="utf-8",
         )

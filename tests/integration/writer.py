@@ -11,12 +11,16 @@ to get right).
 
 Changes go in small transactions of 1 to ``max_statements`` statements. A transaction that
 fails on a unique violation (another writer got there first) is rolled back, counted under
-``conflicts`` and the cache reloaded; any other error stops the thread and is re-raised by
-``stop()`` or ``wait()``.
+``conflicts`` and the cache reloaded. A lost connection (the server restarted, shut down or
+is unreachable) is retried: the writer connects again with a backoff, reloads the cache (a
+transaction cut off at COMMIT may or may not have committed) and goes on, counted under
+``reconnects``, until it has failed for ``reconnect_for`` seconds in a row. Any other error
+stops the thread and is re-raised by ``stop()`` or ``wait()``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
@@ -53,6 +57,7 @@ class RandomWriter:
         hot_share: float = 0.5,
         max_statements: int = 5,
         seed: int | None = None,
+        reconnect_for: float = 120.0,
     ) -> None:
         """``changes``: statements to run before the thread ends by itself (None: until
         ``stop()``). ``rate``: at most this many statements per second (None: as fast as
@@ -73,6 +78,8 @@ class RandomWriter:
         self.hot_keys = hot_keys
         self.hot_share = hot_share
         self.max_statements = max_statements
+        self.reconnect_for = reconnect_for
+        self._last_ok = time.monotonic()  # the last connect or commit that worked
         self.seed = seed if seed is not None else random.randrange(2**32)
         self._rng = random.Random(self.seed)
         self._kinds = [k for k in KINDS if weights.get(k, 0) > 0]
@@ -143,19 +150,40 @@ class RandomWriter:
 
     def _run(self) -> None:
         try:
-            if self._mysql:
-                conn = _MySqlConnection(self.conninfo)
+            self._last_ok = time.monotonic()
+            delay = 0.1
+            while True:
                 try:
-                    self._load_keys(conn)
-                    self._loop(conn)
-                finally:
-                    conn.close()
-                return
-            with psycopg.connect(self.conninfo) as pg:
-                self._load_keys(pg)
-                self._loop(pg)
+                    self._session()
+                    return  # done, or stopped
+                except Exception as exc:
+                    if not _connection_lost(exc) or self._stop.is_set():
+                        raise
+                    if time.monotonic() - self._last_ok > self.reconnect_for:
+                        raise
+                    self.counts["reconnects"] += 1
+                    self._stop.wait(delay)
+                    delay = min(delay * 2, 1.0)
+                    if self._stop.is_set():
+                        return
         except BaseException as exc:  # handed to the caller by stop() / wait()
             self._error = exc
+
+    def _session(self) -> None:
+        """One connection's worth of work: connect, load the key cache, write."""
+        if self._mysql:
+            conn = _MySqlConnection(self.conninfo)
+            try:
+                self._load_keys(conn)
+                self._last_ok = time.monotonic()
+                self._loop(conn)
+            finally:
+                conn.close()
+            return
+        with psycopg.connect(self.conninfo) as pg:
+            self._load_keys(pg)
+            self._last_ok = time.monotonic()
+            self._loop(pg)
 
     def _loop(self, conn: Any) -> None:
         started = time.monotonic()
@@ -177,6 +205,7 @@ class RandomWriter:
                 continue
             self.counts.update(done)
             self.counts["transactions"] += 1
+            self._last_ok = time.monotonic()
             if self.rate:
                 # Pace to the rate on average, so a slow transaction is made up later.
                 ahead = self.total / self.rate - (time.monotonic() - started)
@@ -286,6 +315,22 @@ class RandomWriter:
 # --- MySQL / MariaDB -------------------------------------------------------------------------
 
 
+def _connection_lost(exc: BaseException) -> bool:
+    """The connection, not the statement, failed: the server went away or refused us."""
+    if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+        return not isinstance(exc, errors.QueryCanceled)
+    if isinstance(exc, pymysql.err.InterfaceError):
+        return True
+    if isinstance(exc, pymysql.err.OperationalError):
+        return bool(exc.args) and exc.args[0] in _MYSQL_CONNECTION_LOST
+    return False
+
+
+# Can't connect, gone away, lost, lost (extended), too many connections, shutdown in
+# progress, connection killed (MariaDB), disconnected for inactivity (MySQL).
+_MYSQL_CONNECTION_LOST = {2002, 2003, 2006, 2013, 2055, 1040, 1053, 1927, 4031}
+
+
 class _MySqlConflict(Exception):
     """A duplicate key (under a case-insensitive collation 'abc' and 'ABC' collide), a
     deadlock or a lock wait timeout: roll back, reload the keys, go on."""
@@ -323,7 +368,8 @@ class _MySqlConnection:
         self._conn = mysql_connect(url)  # UTC session: TIMESTAMP values are given in UTC
 
     def close(self) -> None:
-        self._conn.close()
+        with contextlib.suppress(pymysql.err.Error):  # already lost
+            self._conn.close()
 
     def keys(self, table: TableId, columns: tuple[str, ...]) -> list[Key]:
         with self._conn.cursor() as cur:
@@ -364,5 +410,10 @@ class _MySqlTransaction:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is None:
             self._conn.commit()
-        else:
+            return
+        try:
             self._conn.rollback()
+        except pymysql.err.Error:
+            if not _connection_lost(exc):
+                raise
+            # The connection is gone with the transaction: the original error says so.
