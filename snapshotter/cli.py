@@ -317,6 +317,10 @@ def cmd_teardown(args: argparse.Namespace) -> int:
         with lock:
             sp.refuse_active_slot(config, engine)
             out.print(escape(f"teardown drops {', '.join(objects)} at {url}"))
+            out.print(
+                "other captures or Debezium connectors that share the publication or the "
+                "signal table stop working when they are dropped"
+            )
             _confirm(args, "Drop them?")
             lines = sp.teardown(config, engine)
     except StateLockedError as exc:

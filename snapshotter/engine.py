@@ -78,6 +78,7 @@ REPORT_INTERVAL_S = 5.0
 SOURCE_RETRY_FOR_S = 60.0
 RETRY_FIRST_S = 0.5
 RETRY_MAX_S = 5.0
+OUTAGE_GAP_S = 30.0
 
 
 class EngineStop(Exception):
@@ -184,6 +185,7 @@ class Engine:
         self._out: list[ChangeEvent] = []
         # Transient source failures of the snapshot side (see SOURCE_RETRY_FOR_S).
         self._retry_for = SOURCE_RETRY_FOR_S if retry_for is None else retry_for
+        self._last_failure = 0.0
         self._failing_since: float | None = None  # first failure of the current outage
         self._retry_at = 0.0  # no database call of the snapshot side before this
         self._retry_delay = RETRY_FIRST_S
@@ -767,7 +769,12 @@ class Engine:
         else:
             run.reading = False
             window_id = task.window.window_id
-            if window_id in run.awaiting:
+            if window_id in run.awaiting and window_id not in self._windows:
+                # Its close watermark committed (the answer was lost) and was handled: the
+                # chunk is done and emitted; the next read starts after it.
+                run.awaiting.discard(window_id)
+                run.cursor = run.progress.last_read_key
+            elif window_id in run.awaiting:
                 # Only the newest window can fail (one read at a time, in order): the windows
                 # before it stay valid, and the next read starts where this one did.
                 run.awaiting.discard(window_id)
@@ -788,9 +795,12 @@ class Engine:
         """Note a transient failure of the snapshot side's database calls; raise
         SourceUnavailableError once they have failed for ``retry_for`` seconds in a row."""
         now = time.monotonic()
-        if self._failing_since is None:
+        if self._failing_since is None or now - self._last_failure > OUTAGE_GAP_S:
+            # A failure long after the last one (nothing was retried in between: say the
+            # snapshot was paused) starts a new outage.
             self._failing_since = now
             self._retry_delay = RETRY_FIRST_S
+        self._last_failure = now
         failing = now - self._failing_since
         if failing >= self._retry_for:
             raise SourceUnavailableError(

@@ -287,7 +287,21 @@ def reset_state(
     streamed from there): unfinished snapshots are stopped with ``reason``; the sink's
     resume point, the snapshot history and the processed signals stay (except signals
     recorded past the new position: a log reset restarts positions lower, and they would
-    hide new signals of the same id). Returns the tables whose snapshots were stopped."""
+    hide new signals of the same id). Returns the tables whose snapshots were stopped.
+
+    Refuses a position below the saved one (a binlog reset, a database restored or failed
+    over): the output holds events at higher positions, which would win over every new one
+    wherever the output is materialized by position (Spark's current state, a consumer
+    keeping the highest ``source.pos``)."""
+    if state.stream.position and position.token < state.stream.position:
+        raise StateError(
+            f"the log's positions start over: its end ({position.token}) is before the "
+            f"state's position ({state.stream.position}), as after RESET MASTER or a restore "
+            "or failover of the database. The output already holds events at higher "
+            "positions, which would win over every new one; start afresh instead: move the "
+            "state directory and the sink's output (file, landing root and staging, or "
+            "topics) away, then `snapshotter init`, `run`, and execute-snapshot the tables"
+        )
     state.stream.resume = dict(resume)
     state.stream.position = position.token
     stopped = []
@@ -528,6 +542,14 @@ def refuse_active_slot(config: Config, engine: sa.Engine) -> None:
 
 
 def _refuse_active(slot: str, facts: SlotFacts) -> None:
+    """Refuse to drop a slot an engine streams from, or one that is not ours to drop (a
+    physical slot of a standby, another plugin's: the same name by accident)."""
+    if (facts.slot_type not in (None, "logical")) or (facts.plugin not in (None, "pgoutput")):
+        raise SetupError(
+            f"replication slot {slot} is a {facts.slot_type or '?'} slot of plugin "
+            f"{facts.plugin or '-'}, not the logical pgoutput slot snapshotter creates: "
+            "something else uses that name; set [source] slot to snapshotter's slot"
+        )
     if facts.active:
         pid = f" (process {facts.active_pid})" if facts.active_pid else ""
         raise SetupError(

@@ -50,6 +50,9 @@ _FEEDBACK_INTERVAL_S = 10.0  # well inside the default wal_sender_timeout of 60 
 # How long a lost replication connection is retried (the ``reconnect_for`` parameter; this
 # default when it is None), and the backoff between attempts.
 RECONNECT_FOR_S = 60.0
+# At the first START_REPLICATION: the slot is still active for a gone client's walsender
+# (55006), the server is starting up (57P03).
+_WAIT_AT_START = frozenset({"55006", "57P03"})
 RECONNECT_FIRST_S = 0.5
 RECONNECT_MAX_S = 5.0
 _CONNECT_TIMEOUT_S = 10  # per attempt, unless the URL or PGCONNECT_TIMEOUT says otherwise
@@ -121,19 +124,46 @@ class PgLogReader:
         self._server = _server_name(conninfo)
         self._conn: psycopg.Connection[Any] | None = None
         self._pgconn: pq.abc.PGconn | None = None
-        try:
-            conn = self._connect()
-        except psycopg.Error as exc:
-            raise LogReaderError(
-                f"cannot open a replication connection to {self._server}: {_text(exc)}"
-            ) from None
-        try:
-            self._start(conn)
-        except psycopg.Error as exc:
-            raise LogReaderError(
-                f"cannot stream slot {slot!r} with publication {publication!r} from "
-                f"{self._server}: {_text(exc)}; run `snapshotter init` to create them"
-            ) from None
+        self._open_first()
+
+    def _open_first(self) -> None:
+        """The first START_REPLICATION. Waits (up to ``reconnect_for``) only while the slot is
+        still held by a walsender whose client is gone (a killed engine's: the server notices
+        within moments, or at wal_sender_timeout) or the server is starting up; any other
+        error is the configuration's, said at once."""
+        began = time.monotonic()
+        delay = RECONNECT_FIRST_S
+        while True:
+            try:
+                conn = self._connect()
+            except psycopg.Error as exc:
+                if (
+                    exc.sqlstate in _WAIT_AT_START
+                    and time.monotonic() - began < self._reconnect_for
+                ):
+                    time.sleep(delay)
+                    delay = min(delay * 2, RECONNECT_MAX_S)
+                    continue
+                raise LogReaderError(
+                    f"cannot open a replication connection to {self._server}: {_text(exc)}"
+                ) from None
+            try:
+                self._start(conn)
+                return
+            except psycopg.Error as exc:
+                if (
+                    exc.sqlstate in _WAIT_AT_START
+                    and time.monotonic() - began < self._reconnect_for
+                ):
+                    log.info("slot %s is still in use (%s); waiting", self._slot, _text(exc))
+                    time.sleep(delay)
+                    delay = min(delay * 2, RECONNECT_MAX_S)
+                    continue
+                raise LogReaderError(
+                    f"cannot stream slot {self._slot!r} with publication "
+                    f"{self._publication!r} from {self._server}: {_text(exc)}; run "
+                    "`snapshotter init` to create them"
+                ) from None
 
     # -- connecting ------------------------------------------------------------------------
 
@@ -348,7 +378,10 @@ class PgLogReader:
             self._received = max(self._received, wal_end)
             # Not while a transaction is open, nor while one handed over in part before a
             # reconnect is being sent again (_in_txn stays set until its Commit).
-            if not self._in_txn:
+            # Nor below where this stream started: while the walsender re-reads WAL from the
+            # slot's restart_lsn its keepalives report positions before the saved one, and
+            # saving one of those would move the state back behind the slot.
+            if not self._in_txn and wal_end >= self._restart_lsn:
                 # Everything committed before wal_end has been sent: restarting from here
                 # loses nothing, and `--until-caught-up` may compare it with the log end.
                 items.append(Progress(resume={"lsn": wal_end}, log_offset=wal_end))

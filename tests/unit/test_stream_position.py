@@ -13,7 +13,13 @@ from signals.names import TableId
 from snapshotter.cli import CliError, _confirm, build_parser
 from snapshotter.config import parse_config
 from snapshotter.core.position import Position
-from snapshotter.core.state import EngineState, SnapshotStatus, StreamState, TableProgress
+from snapshotter.core.state import (
+    EngineState,
+    SnapshotStatus,
+    StateError,
+    StreamState,
+    TableProgress,
+)
 from snapshotter.dialects.my_setup import BinlogRetention
 from snapshotter.dialects.pg_setup import SlotFacts, lsn_text, lsn_value
 from snapshotter.status import status_report
@@ -311,6 +317,17 @@ def test_reset_state_stops_unfinished_snapshots_and_keeps_the_rest() -> None:
     # a new signal of the same id: dropped; older ones stay.
     assert state.processed_signals == {"old": old.token}
     assert EngineState.from_json(state.to_json()) == state
+
+
+def test_reset_state_refuses_a_log_whose_positions_start_over_below_the_saved_one() -> None:
+    # RESET MASTER numbers binlog files from 1 again; a restored database's WAL can be behind:
+    # the output's higher positions would win over every new event.
+    saved = Position(12, 4000, 0)
+    state = EngineState(stream=StreamState(position=saved.token, resume={"file": "b.000012"}))
+    before = state.to_json()
+    with pytest.raises(StateError, match="positions start over"):
+        reset_state(state, {"file": "b.000001", "pos": 4}, Position(1, 4), "reset")
+    assert state.to_json() == before
 
 
 def test_reset_state_of_a_paused_engine_stays_consistent() -> None:
