@@ -215,6 +215,13 @@ class Engine:
             self._dialect.close()
             raise
         self._reader = reader
+        start = getattr(reader, "start_resume", None)
+        if start and not self.state.stream.resume:
+            # Where a stream without a saved position began (a binlog end, when `init` did
+            # not save one): saved now, so a crash before the first checkpoint restarts there
+            # and not at a later end, which would skip what came in between.
+            self.state.stream.resume = dict(start)
+            self._store.save(self.state)
         worker = ChunkWorker(self._dialect, self._hooks)
         self._worker = worker
         try:

@@ -97,6 +97,8 @@ class BinlogLogReader:
         self._boundary = {"file": str(start["file"]), "pos": int(start["pos"])}
         if start.get("gtid"):
             self._boundary["gtid"] = start["gtid"]
+        # Where this stream began (the engine saves it when state has no position yet).
+        self.start_resume: Mapping[str, Any] = dict(self._boundary)
         self._reconnect_for = reconnect_for
         self._queue: queue.Queue[list[LogItem] | BaseException] = queue.Queue(_QUEUE_BATCHES)
         self._stopping = threading.Event()

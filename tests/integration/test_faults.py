@@ -292,3 +292,47 @@ def test_a_hard_crash_then_resume_converges(
     if report:
         with open(report, "a", encoding="utf-8") as out:
             out.write(json.dumps(asdict(cost)) + "\n")
+
+
+def test_a_binlog_stream_without_a_saved_position_resumes_where_it_began(
+    request: pytest.FixtureRequest,
+) -> None:
+    """MySQL state without a binlog position (``init`` saves one; here it is removed): the
+    first run streams from the binlog's end and saves that start before its first
+    checkpoint, so a crash in that first checkpoint resumes from the start, not from a later
+    end (which would skip the changes in between)."""
+    src = _source(request, "mysql")
+    cap = src.capture(sink="jsonl")
+    table = src.create(cap, "items", 0)
+    cap.init()
+    path = cap.directory / "state" / "state.json"
+    state = json.loads(path.read_text(encoding="utf-8"))
+    state["stream"]["resume"] = {}
+    path.write_text(json.dumps(state), encoding="utf-8")
+    run = subprocess.Popen(
+        _cli(cap, "run"),  # until the fault
+        cwd=REPO,
+        # Saves: 1 the empty sink, 2 the stream's start, 3 the first checkpoint (killed).
+        env={**os.environ, "SNAPSHOTTER_FAULTS": "state.write@3"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(3)  # the stream is open
+        for key in (1, 2):
+            src.sql(cap, f"INSERT INTO {{s}}.items VALUES ({key}, 1, 'after the start', 1)")
+            time.sleep(1.5)
+        stdout, stderr = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    said = stdout + stderr
+    assert run.returncode == -signal.SIGKILL, said[-3000:]
+    found = re.search(r"current end of the binlog, (\S+) at (\d+)", said)
+    assert found, said[-3000:]
+    assert _state(cap)["stream"]["resume"] == {"file": found[1], "pos": int(found[2])}
+    assert cap.run(timeout=300) == 0
+    verdict = cap.verify(table.name)
+    assert verdict.ok, verdict.render()
+    assert verdict.table_rows == 2
