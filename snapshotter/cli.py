@@ -498,7 +498,15 @@ def _announce_resume(config: Config) -> None:
             code=2,
         )
     state = StateStore(path).load()
-    out.print(escape(f"resuming from {path}: stream position {state.stream.position}"))
+    from snapshotter.stream_position import saved_position_text
+
+    out.print(
+        escape(
+            f"resuming from {path}: stream position "
+            f"{state.stream.position or '(no event handled yet)'}, restarting from "
+            f"{saved_position_text(state.stream.resume)}"
+        )
+    )
     for p in state.snapshots:
         if not p.status.finished:
             out.print(
@@ -579,7 +587,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
     out.print(table)
     stream = report["stream"]
-    out.print(escape(f"stream position {stream['position']}, lag {stream['lag_bytes']} bytes"))
+    out.print(
+        escape(
+            f"stream position {stream['position'] or '(no event handled yet)'}, restarts from "
+            f"{stream['restart']}, lag {stream['lag_bytes']} bytes"
+        )
+    )
     landing = report.get("landing")
     if landing is not None:
         out.print(

@@ -9,6 +9,7 @@ from typing import Any
 
 from snapshotter.core.keys import Key
 from snapshotter.core.state import EngineState
+from snapshotter.stream_position import saved_position_text
 
 
 def _key(key: Key | None) -> list[Any] | None:
@@ -46,7 +47,11 @@ def status_report(
             }
             for p in state.snapshots
         ],
-        "stream": {"position": state.stream.position, "lag_bytes": lag_bytes},
+        "stream": {
+            "position": state.stream.position,
+            "restart": saved_position_text(state.stream.resume),
+            "lag_bytes": lag_bytes,
+        },
         "paused": state.paused,
         "signal_problems": [
             {"signal_id": s.signal_id, "type": s.signal_type, "error": s.message}
