@@ -533,17 +533,22 @@ def mysql_source(capture: CaptureFactory, database: str) -> Source:
     )
 
 
-@pytest.fixture(params=["postgres", "mysql"])
-def source(request: pytest.FixtureRequest) -> Source:
-    if request.param == "postgres":
+def source_named(request: pytest.FixtureRequest, name: str) -> Source:
+    """The source ``name`` (postgres or mysql) on the test's own schema or database."""
+    if name == "postgres":
         return postgres_source(
             request.getfixturevalue("capture"), request.getfixturevalue("pg_schema")
         )
-    if request.param == "mysql":
+    if name == "mysql":
         return mysql_source(
             request.getfixturevalue("mysql_capture"), request.getfixturevalue("mysql_db")
         )
-    raise AssertionError(f"unknown source {request.param}")
+    raise AssertionError(f"unknown source {name}")
+
+
+@pytest.fixture(params=["postgres", "mysql"])
+def source(request: pytest.FixtureRequest) -> Source:
+    return source_named(request, request.param)
 
 
 # --- helpers ----------------------------------------------------------------------------------

@@ -38,7 +38,6 @@ import random
 import re
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -49,12 +48,11 @@ import pytest
 from tests.integration.engine_harness import Capture
 from tests.integration.test_convergence import (
     REPO,
-    Source,
+    _cli,
     assert_kafka_converged,
-    mysql_source,
-    postgres_source,
     progress,
     qualified,
+    source_named,
     state_of,
     wait_for,
 )
@@ -152,10 +150,6 @@ class Cost:
         )
 
 
-def _cli(cap: Capture, command: str, *args: str) -> list[str]:
-    return [sys.executable, "-m", "snapshotter.cli", command, "-c", str(cap.config_path), *args]
-
-
 def _state(cap: Capture) -> dict[str, Any]:
     path = cap.directory / "state" / "state.json"
     data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
@@ -189,17 +183,6 @@ def _staged(cap: Capture, state: dict[str, Any]) -> tuple[int, int]:
     return discarded, relanded
 
 
-def _source(request: pytest.FixtureRequest, db: str) -> Source:
-    """The ``source`` fixture's databases, chosen per case (the matrix names the database)."""
-    if db == "postgres":
-        return postgres_source(
-            request.getfixturevalue("capture"), request.getfixturevalue("pg_schema")
-        )
-    return mysql_source(
-        request.getfixturevalue("mysql_capture"), request.getfixturevalue("mysql_db")
-    )
-
-
 SELECTED = re.compile(r"chunk (\d+) of \S+: \d+ rows selected")
 
 
@@ -210,7 +193,7 @@ def test_a_hard_crash_then_resume_converges(
     started = time.monotonic()
     rng = random.Random(f"{db}/{sink}/{point}/{seed}")
     at = rng.randint(*MOMENTS[point, sink])
-    src = _source(request, db)
+    src = source_named(request, db)
     extra: dict[str, Any] = {}
     if sink == "kafka":
         extra["kafka_bootstrap"] = request.getfixturevalue("kafka_bootstrap")
@@ -303,7 +286,7 @@ def test_a_binlog_stream_without_a_saved_position_resumes_where_it_began(
     first run streams from the binlog's end and saves that start before its first
     checkpoint, so a crash in that first checkpoint resumes from the start, not from a later
     end (which would skip the changes in between)."""
-    src = _source(request, "mysql")
+    src = source_named(request, "mysql")
     cap = src.capture(sink="jsonl")
     table = src.create(cap, "items", 0)
     cap.init()
