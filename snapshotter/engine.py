@@ -179,6 +179,7 @@ class Engine:
         )
         self._touched: set[str] = set()  # signal ids of snapshots this run worked on
         self._target: int | None = None  # the log end --until-caught-up waits for
+        self._covering: int | None = None  # the checkpoint that covers it (0: none needed)
         self._last_progress_request = 0.0
         self._in_txn = False  # a transaction's changes are being handed over
         # Events on their way to the sink, in order; written in batches (one call per read).
@@ -968,6 +969,7 @@ class Engine:
     def _caught_up(self) -> bool:
         if self.state.active() is not None or self._windows or self._worker.busy:
             self._target = None
+            self._covering = None
             return False
         if self._target is None:
             if time.monotonic() < self._retry_at:
@@ -986,14 +988,17 @@ class Engine:
                 self._reader.request_progress()
                 self._last_progress_request = now
             return False
-        # One checkpoint past the target, then wait for its acknowledgement: under steady
-        # traffic a checkpoint per loop would save state every few milliseconds while a sink
-        # that acknowledges later (Kafka) catches up.
-        ready = self._dirty and self._boundary is not None and not self._in_txn
-        if ready and (not self._pending or self._due()):
-            self._checkpoint()
+        # One checkpoint covering the target, then wait for its acknowledgement only: under
+        # steady traffic later checkpoints keep coming (one per interval), and a sink that
+        # acknowledges slower than that (Kafka under load) would never have none pending.
+        if self._covering is None:
+            if self._dirty and (self._boundary is None or self._in_txn):
+                return False  # the next transaction boundary comes first
+            if self._dirty:
+                self._checkpoint()
+            self._covering = max(self._pending, default=0)
         self._collect_acks()
-        return not self._pending and not self._in_txn
+        return self._covering not in self._pending and not self._in_txn
 
 
 def _default_schema(selector: TableSelector, schema: str) -> TableSelector:
