@@ -134,11 +134,15 @@ class Watermark:
     """The engine's own open/close row around a chunk SELECT; ``id`` is ``<window>-<kind>``.
 
     A window id is a UUID (36 characters), so ``<uuid>-close`` fits the 42-character id
-    column exactly, as in Debezium.
+    column exactly, as in Debezium. ``token`` (in ``data`` as ``{"token": ...}``) is a random
+    secret the engine chose for this one row and kept to itself until the row committed: a
+    row with the right id but not the right token was not written by the engine (see
+    ``snapshotter.core.window.ChunkWindow.accepts``). Rows without one read as token None.
     """
 
     window_id: str
     kind: WatermarkKind
+    token: str | None = None
 
     @property
     def id(self) -> str:
@@ -151,7 +155,7 @@ class Watermark:
         return SignalType.WINDOW_CLOSE
 
     def data(self) -> dict[str, Any]:
-        return {}
+        return {} if self.token is None else {"token": self.token}
 
 
 Signal = ExecuteSnapshot | StopSnapshot | PauseSnapshot | ResumeSnapshot | LogSignal

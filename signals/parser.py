@@ -5,6 +5,13 @@ wrong-typed field) comes back as a ``SignalError`` naming the signal id and the 
 the engine can record it where the user looks and keep streaming. Unknown fields are errors
 too: a misspelt ``additional-conditions`` silently ignored would snapshot the wrong rows, and
 so is a field given twice (JSON parsers disagree on which one wins).
+
+Sizes are capped, so that no signal row can make the engine do unbounded work on the
+stream's thread or grow its state without bound: ``data`` is at most ``MAX_DATA_CHARS``
+characters, a signal id at most ``MAX_ID_CHARS``, a ``data-collections`` or
+``additional-conditions`` list at most ``MAX_TABLES`` entries of which at most
+``MAX_PATTERNS`` are patterns (each pattern is tried on every table of the catalog), and each
+name or pattern at most ``signals.names.MAX_SELECTOR_CHARS`` characters.
 """
 
 from __future__ import annotations
@@ -29,10 +36,22 @@ from signals.model import (
     Watermark,
     WatermarkKind,
 )
-from signals.names import TableId, TableNameError, TableSelector, parse_table_selector
+from signals.names import (
+    TableId,
+    TableNameError,
+    TablePattern,
+    TableSelector,
+    parse_table_selector,
+)
 from signals.sqlguard import FilterError, check_filter
 
 NonEmpty = Annotated[str, StringConstraints(min_length=1)]
+
+MAX_DATA_CHARS = 65_536
+MAX_ID_CHARS = 255
+MAX_TABLES = 1_000
+MAX_PATTERNS = 32
+_SHOWN_CHARS = 80  # how much of an over-long id or type an error repeats
 
 
 class _Payload(BaseModel):
@@ -113,15 +132,35 @@ def _snapshot_type(value: str | None) -> SnapshotType:
     raise _Problem(f"unknown snapshot type {value!r}; the only type is 'incremental'")
 
 
+def _clip(text: str, limit: int = _SHOWN_CHARS) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def _selectors(names: list[str], field: str) -> tuple[TableSelector, ...]:
+    if len(names) > MAX_TABLES:
+        raise _Problem(
+            f"{field} has {len(names)} entries; a signal may name at most {MAX_TABLES}: "
+            "split it into several signals"
+        )
     out: list[TableSelector] = []
+    seen: set[TableSelector] = set()
+    patterns = 0
     for name in names:
         try:
             selector = parse_table_selector(name)
         except TableNameError as exc:
             raise _Problem(f"{field}: {exc}") from None
-        if selector in out:
-            raise _Problem(f"{field}: {name!r} is listed twice")
+        if selector in seen:
+            raise _Problem(f"{field}: {_clip(name)!r} is listed twice")
+        if isinstance(selector, TablePattern):
+            patterns += 1
+            if patterns > MAX_PATTERNS:
+                raise _Problem(
+                    f"{field} has more than {MAX_PATTERNS} patterns; a signal may hold at "
+                    f"most {MAX_PATTERNS} (each is tried on every table): combine them with "
+                    "| or split the signal"
+                )
+        seen.add(selector)
         out.append(selector)
     return tuple(out)
 
@@ -130,8 +169,21 @@ def _conditions(
     raw: list[_Condition], tables: tuple[TableSelector, ...], dollar_quotes: bool
 ) -> tuple[AdditionalCondition, ...]:
     out: list[AdditionalCondition] = []
+    listed = set(tables)
+    if len(raw) > MAX_TABLES:
+        raise _Problem(
+            f"additional-conditions has {len(raw)} entries; a signal may hold at most {MAX_TABLES}"
+        )
+    patterns = 0
     for cond in raw:
         (selector,) = _selectors([cond.data_collection], "additional-conditions")
+        if isinstance(selector, TablePattern):
+            patterns += 1
+            if patterns > MAX_PATTERNS:
+                raise _Problem(
+                    f"additional-conditions has more than {MAX_PATTERNS} patterns; a signal "
+                    f"may hold at most {MAX_PATTERNS}"
+                )
         if any(c.data_collection == selector for c in out):
             raise _Problem(
                 f"additional-conditions: two filters for {cond.data_collection!r}; "
@@ -143,7 +195,7 @@ def _conditions(
             isinstance(selector, TableId)
             and selector.schema is not None
             and all(isinstance(t, TableId) and t.schema is not None for t in tables)
-            and selector not in tables
+            and selector not in listed
         ):
             raise _Problem(
                 f"additional-conditions: {cond.data_collection!r} is not one of the "
@@ -172,6 +224,11 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def _payload(data: str | None) -> Any:
     if data is None or not data.strip():
         return {}
+    if len(data) > MAX_DATA_CHARS:
+        raise _Problem(
+            f"data is {len(data)} characters long; a signal's data may be at most "
+            f"{MAX_DATA_CHARS}: split it into several signals"
+        )
     try:
         payload = json.loads(data, object_pairs_hook=_object)
     except json.JSONDecodeError as exc:
@@ -184,6 +241,11 @@ def _payload(data: str | None) -> Any:
         return {}
     if not isinstance(payload, dict):
         raise _Problem(f"data must be a JSON object, not {type(payload).__name__}")
+    try:
+        # JSON may spell a lone surrogate (\\ud800), which no database, file or log takes.
+        json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise _Problem("data holds a lone surrogate (\\ud800...): not valid Unicode text") from None
     return payload
 
 
@@ -192,11 +254,15 @@ def _parse(
 ) -> Signal | Watermark:
     if not signal_id:
         raise _Problem("the signal has an empty id")
+    if len(signal_id) > MAX_ID_CHARS:
+        raise _Problem(f"the id is {len(signal_id)} characters long; at most {MAX_ID_CHARS}")
     try:
         kind = SignalType(signal_type)
     except ValueError:
         known = ", ".join(t.value for t in USER_SIGNAL_TYPES)
-        raise _Problem(f"unknown signal type {signal_type!r}; known types: {known}") from None
+        raise _Problem(
+            f"unknown signal type {_clip(signal_type)!r}; known types: {known}"
+        ) from None
     payload = _payload(data)
     match kind:
         case SignalType.EXECUTE_SNAPSHOT:
@@ -229,7 +295,13 @@ def _parse(
             suffix = f"-{wm_kind.value}"
             if not signal_id.endswith(suffix) or len(signal_id) == len(suffix):
                 raise _Problem(f"a {kind.value} row must have an id '<window>{suffix}'")
-            return Watermark(window_id=signal_id[: -len(suffix)], kind=wm_kind)
+            # Other fields (Debezium writes a timestamp) are the writer's business.
+            token = payload.get("token")
+            return Watermark(
+                window_id=signal_id[: -len(suffix)],
+                kind=wm_kind,
+                token=token if isinstance(token, str) else None,
+            )
     raise AssertionError(kind)  # pragma: no cover - match is exhaustive
 
 
@@ -285,12 +357,13 @@ def parse_signal(
     MySQL as part of a name; filters are checked the way the database will read them
     (``signals.sqlguard.check_filter``).
     """
-    sid = _shown(signal_id)
-    stype = _shown(signal_type)
+    sid = _clip(_shown(signal_id))
+    stype = _clip(_shown(signal_type))
     try:
-        sid = _id_text(signal_id)
-        stype = _text(signal_type, "type") or ""
-        return _parse(sid, stype, _text(data, "data"), dollar_quotes)
+        full_id = _id_text(signal_id)
+        full_type = _text(signal_type, "type") or ""
+        sid, stype = _clip(full_id), _clip(full_type)
+        return _parse(full_id, full_type, _text(data, "data"), dollar_quotes)
     except _Problem as problem:
         return SignalError(sid, stype or "?", str(problem))
     except RecursionError:

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.schema import CreateTable
 
-from signals.model import Signal, SignalError, Watermark, to_row
+from signals.model import Signal, SignalError, SignalType, Watermark, WatermarkKind, to_row
 from signals.names import TableId
 from signals.parser import parse_signal
 
@@ -68,9 +68,34 @@ def new_signal_id() -> str:
 
 
 def insert_signal(conn: Connection, name: TableId, signal: Signal | Watermark) -> str:
-    """Insert ``signal`` as a row of the signal table; returns its id. The caller commits."""
+    """Insert ``signal`` as a row of the signal table; returns its id. The caller commits.
+
+    A watermark's id belongs to the engine's window, so a row someone else inserted with that
+    id (a forged watermark) is overwritten rather than failing the engine's insert: the log
+    then carries an update, which the engine does not act on, while the forged row, earlier
+    in the log, made it give that window up (``snapshotter.core.window``). Without a
+    conflict it is a plain insert."""
     sid, stype, data = to_row(signal)
-    conn.execute(sa.insert(signal_table(name)).values(id=sid, type=stype, data=data))
+    table = signal_table(name)
+    values = {"id": sid, "type": stype, "data": data}
+    dialect = conn.dialect.name
+    if isinstance(signal, Watermark) and dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        pg = pg_insert(table).values(**values)
+        conn.execute(
+            pg.on_conflict_do_update(
+                index_elements=[table.c.id],
+                set_={"type": pg.excluded.type, "data": pg.excluded.data},
+            )
+        )
+    elif isinstance(signal, Watermark) and dialect in ("mysql", "mariadb"):
+        from sqlalchemy.dialects.mysql import insert as my_insert
+
+        my = my_insert(table).values(**values)
+        conn.execute(my.on_duplicate_key_update(type=my.inserted.type, data=my.inserted.data))
+    else:
+        conn.execute(sa.insert(table).values(**values))
     return sid
 
 
@@ -83,3 +108,34 @@ def read_signals(
     if ids is not None:
         query = query.where(table.c.id.in_(list(ids)))
     return [parse_signal(r.id, r.type, r.data) for r in conn.execute(query)]
+
+
+# --- watermark cleanup (snapshotter.signal_cleanup) -----------------------------------------
+
+WATERMARK_TYPES = (SignalType.WINDOW_OPEN.value, SignalType.WINDOW_CLOSE.value)
+
+
+def delete_watermarks(conn: Connection, name: TableId, window_ids: Sequence[str]) -> int:
+    """Delete the open and close rows of these windows: only rows of a watermark type whose
+    id is exactly ``<window>-open`` or ``<window>-close``, so no user signal is ever touched.
+    Returns how many rows went. The caller commits."""
+    if not window_ids:
+        return 0
+    table = signal_table(name)
+    ids = [Watermark(w, kind).id for w in window_ids for kind in WatermarkKind]
+    result = conn.execute(
+        sa.delete(table).where(table.c.id.in_(ids), table.c.type.in_(WATERMARK_TYPES))
+    )
+    return int(result.rowcount)
+
+
+def watermark_rows(
+    conn: Connection, name: TableId, after: str | None, limit: int
+) -> list[tuple[str, str]]:
+    """``(id, type)`` of up to ``limit`` rows of a watermark type with an id above ``after``,
+    in id order (a sweep over the table, one page per call)."""
+    table = signal_table(name)
+    query = sa.select(table.c.id, table.c.type).where(table.c.type.in_(WATERMARK_TYPES))
+    if after is not None:
+        query = query.where(table.c.id > after)
+    return [(r.id, r.type) for r in conn.execute(query.order_by(table.c.id).limit(limit))]

@@ -3,7 +3,9 @@
 Debezium reads a chunk on its streaming thread, so the log stalls for the whole SELECT. Here
 one worker thread owns every database call of the snapshot side (describe, maximum key,
 watermark inserts, chunk SELECTs) while the engine's thread keeps reading the log. The engine
-hands the worker one task at a time and learns the outcome from ``results``.
+hands the worker one task at a time and learns the outcome from ``results``. Between tasks
+and while idle, the worker also deletes watermark rows of finished windows
+(``snapshotter.signal_cleanup``).
 
 The ordering rules of a chunk live in ``_read_chunk``; each is stated where it is enforced.
 Tests run SQL between the steps through ``PhaseHooks``.
@@ -18,14 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from signals import Watermark
 from signals.model import WatermarkKind
 from signals.names import TableId
 from snapshotter.core.keys import Key
 from snapshotter.core.visibility import ReadVisibility
 from snapshotter.core.window import ChunkWindow
-from snapshotter.dialects.base import Dialect, TableSchema
+from snapshotter.dialects.base import Dialect, ReadCancelled, TableSchema, error_chain
 from snapshotter.faults import failpoint
+from snapshotter.signal_cleanup import WatermarkCleanup
 
 log = logging.getLogger("snapshotter.chunks")
 
@@ -94,6 +96,9 @@ class TaskFailed:
     # ``is_transient``): the engine voids the task's window and submits it again later,
     # instead of failing the snapshot.
     transient: bool = False
+    # Cancelled on purpose (``ChunkWorker.cancel``: stop-snapshot, shutdown): not a failure
+    # of the table, not retried.
+    cancelled: bool = False
 
 
 Result = TableStarted | ChunkRead | TaskFailed
@@ -101,12 +106,23 @@ Task = StartTask | ChunkTask
 
 
 class ChunkWorker:
-    def __init__(self, dialect: Dialect, hooks: PhaseHooks | None = None) -> None:
+    def __init__(
+        self,
+        dialect: Dialect,
+        hooks: PhaseHooks | None = None,
+        cleanup: WatermarkCleanup | None = None,
+    ) -> None:
         self._dialect = dialect
         self._hooks = hooks or PhaseHooks()
+        self._cleanup = cleanup  # deletes watermark rows between tasks and while idle
         self._tasks: queue.Queue[Task | None] = queue.Queue()
         self.results: queue.Queue[Result] = queue.Queue()
         self._busy = 0  # tasks submitted and not yet answered (engine thread only)
+        # The task being run, and whether reads are refused from now on (stopping): under
+        # _lock, so a cancel never reaches a task that has not started or already ended.
+        self._lock = threading.Lock()
+        self._current: Task | None = None
+        self._stopping = False
         self._thread = threading.Thread(target=self._loop, name="snapshotter-chunks", daemon=True)
         self._thread.start()
 
@@ -128,12 +144,43 @@ class ChunkWorker:
         self._busy -= len(out)
         return out
 
+    def cancel(self, matches: Callable[[Task], bool]) -> None:
+        """Cancel the running task's max-key or chunk query if ``matches(task)`` (the
+        engine: the tables a stop-snapshot names). Its answer is then a TaskFailed with
+        ``cancelled``; a query already over is not undone."""
+        with self._lock:
+            if self._current is not None and matches(self._current):
+                self._dialect.cancel_reads()
+
     def stop(self, timeout: float = 30.0) -> None:
+        """Cancel the running read (shutdown must not wait for a filter's hour-long query),
+        refuse the reads of tasks still queued, and end the thread."""
+        with self._lock:
+            self._stopping = True
+            self._dialect.cancel_reads()
         self._tasks.put(None)
         self._thread.join(timeout)
 
+    def _begin(self, task: Task) -> bool:
+        """Mark ``task`` as running; False when it must not run (stopping)."""
+        with self._lock:
+            if self._stopping and isinstance(task, StartTask | ChunkTask):
+                return False
+            self._current = task
+            if not self._stopping:
+                self._dialect.allow_reads()  # a cancel of the task before is done with
+            return True
+
+    def _end(self) -> None:
+        with self._lock:
+            self._current = None
+
     def _loop(self) -> None:
-        while (task := self._tasks.get()) is not None:
+        while (task := self._next_task()) is not None:
+            if not self._begin(task):
+                stopping = "cancelled: the engine is stopping"
+                self.results.put(TaskFailed(task, stopping, cancelled=True))
+                continue
             try:
                 if isinstance(task, StartTask):
                     self.results.put(self._start(task))
@@ -141,7 +188,9 @@ class ChunkWorker:
                     self.results.put(self._read_chunk(task))
             except Exception as exc:  # reported to the engine: it retries or fails that table
                 log.debug("task for %s failed", task.table, exc_info=True)
-                if self._transient(exc):
+                if any(isinstance(e, ReadCancelled) for e in error_chain(exc)):
+                    self.results.put(TaskFailed(task, _describe(exc), cancelled=True))
+                elif self._transient(exc):
                     # The driver's own words ("connection refused"), without SQLAlchemy's
                     # wrapping: the engine logs this on every retry.
                     cause = getattr(exc, "orig", None)
@@ -149,6 +198,22 @@ class ChunkWorker:
                     self.results.put(TaskFailed(task, text, transient=True))
                 else:
                     self.results.put(TaskFailed(task, _describe(exc)))
+            finally:
+                self._end()
+            if self._cleanup is not None:
+                self._cleanup.step(idle=False)  # one batch at most between two tasks
+        if self._cleanup is not None:
+            self._cleanup.flush()
+
+    def _next_task(self) -> Task | None:
+        """The next task; while none comes, the watermark cleanup works (idle time)."""
+        cleanup = self._cleanup
+        while cleanup is not None and (wait := cleanup.wait_s()) is not None:
+            try:
+                return self._tasks.get(timeout=wait) if wait > 0 else self._tasks.get_nowait()
+            except queue.Empty:
+                cleanup.step(idle=True)
+        return self._tasks.get()
 
     def _transient(self, exc: Exception) -> bool:
         try:
@@ -175,7 +240,7 @@ class ChunkWorker:
         # its id is known before the open watermark exists; the log reader can never see a
         # watermark the engine cannot place.
         _run(hooks.before_open, task)
-        dialect.write_watermark(Watermark(window.window_id, WatermarkKind.OPEN))
+        dialect.write_watermark(window.watermark(WatermarkKind.OPEN))
         failpoint("watermark.open")
         _run(hooks.after_open, task)
         # Rule 2: the chunk SELECT runs in its own READ ONLY transaction, begun after the open
@@ -189,7 +254,9 @@ class ChunkWorker:
         # rows in the window (fill refuses rows for a window that already closed).
         window.fill(chunk.rows, chunk.visibility, task.convert)
         _run(hooks.after_read, task)
-        dialect.write_watermark(Watermark(window.window_id, WatermarkKind.CLOSE))
+        # With the window's secret token: a close row without it is not the engine's own
+        # (core.window: forged watermark rows).
+        dialect.write_watermark(window.watermark(WatermarkKind.CLOSE))
         _run(hooks.after_close, task)
         return ChunkRead(task, chunk.rows.num_rows, chunk.last_key, chunk.visibility)
 

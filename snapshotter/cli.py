@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,13 +16,17 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from signals import Signal, SignalError, SignalType, Watermark, parse_signal
+from signals import ExecuteSnapshot, Signal, SignalError, SignalType, Watermark, parse_signal
+from signals.display import printable
+from signals.names import parse_table_selector
 from signals.table import create_signal_table, insert_signal, new_signal_id, read_signals
 from snapshotter import __version__
 from snapshotter.config import Config, ConfigError, load_config
 from snapshotter.connect import create_engine
 from snapshotter.core.state import StateError
 from snapshotter.dialects.base import TableError as TableErrorBase
+from snapshotter.errors import explain
+from snapshotter.redact import RedactingFilter, Redactor, mask_url, setting_secrets, url_secrets
 from snapshotter.state_store import StateStore
 
 if TYPE_CHECKING:
@@ -33,6 +39,12 @@ out = Console(highlight=False, soft_wrap=True, width=_PIPE_WIDTH)
 err = Console(stderr=True, highlight=False, soft_wrap=True, width=_PIPE_WIDTH)
 
 
+# Everything printed as an error or logged passes through this: it knows the configured
+# secrets once a command has loaded its config (and masks URL passwords anyway).
+redact = Redactor()
+_source_url: list[str] = []  # the loaded config's source.url, for error messages
+
+
 class CliError(Exception):
     """An error to print as one line and exit with ``code``."""
 
@@ -43,9 +55,14 @@ class CliError(Exception):
 
 def _config(args: argparse.Namespace) -> Config:
     try:
-        return load_config(args.config)
+        config = load_config(args.config)
     except ConfigError as exc:
         raise CliError(str(exc), code=2) from None
+    redact.add(url_secrets(config.source.url))
+    redact.add(setting_secrets(config.sink.kafka))
+    redact.add(setting_secrets(config.spark.conf))
+    _source_url[:] = [config.source.url]
+    return config
 
 
 def _connect(config: Config) -> sa.Engine:
@@ -53,10 +70,8 @@ def _connect(config: Config) -> sa.Engine:
     try:
         with engine.connect():
             pass
-    except sa.exc.OperationalError as exc:
-        url = engine.url.render_as_string(hide_password=True)
-        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
-        raise CliError(f"cannot connect to the source at {url}: {reason}") from None
+    except sa.exc.DBAPIError as exc:
+        raise CliError(explain(exc, config.source.url).text) from None
     return engine
 
 
@@ -88,9 +103,7 @@ def _init_mysql(config: Config, config_path: str) -> int:
     source = config.source
     engine = _connect(config)
     signal_table = source.signal_table_id
-    with engine.begin() as conn:
-        created = create_signal_table(conn, signal_table)
-    out.print(escape(f"signal table {signal_table}: {'created' if created else 'already there'}"))
+    refused = _create_signal_table(engine, config)
     dialect = MySqlDialect(engine.url, signal_table=signal_table)
     try:
         tables = [
@@ -103,7 +116,9 @@ def _init_mysql(config: Config, config_path: str) -> int:
                 "[yellow]warning:[/yellow] source.tables is empty: no table can be snapshotted"
             )
         out.print(escape(f"captured tables: {', '.join(map(str, tables)) or '(none yet)'}"))
-        _print_problems(my_setup.check_prerequisites(engine, client_server_id=source.server_id))
+        _print_problems(
+            refused + my_setup.check_prerequisites(engine, client_server_id=source.server_id)
+        )
         for table in tables:
             if not dialect.describe(table).primary_key:
                 err.print(
@@ -144,9 +159,7 @@ def _init_postgres(config: Config, config_path: str) -> int:
     source = config.source
     engine = _connect(config)
     signal_table = source.signal_table_id
-    with engine.begin() as conn:
-        created = create_signal_table(conn, signal_table)
-    out.print(escape(f"signal table {signal_table}: {'created' if created else 'already there'}"))
+    refused = _create_signal_table(engine, config)
     dialect = PostgresDialect(engine.url, signal_table=signal_table, publication=source.publication)
     try:
         tables = [
@@ -161,7 +174,7 @@ def _init_postgres(config: Config, config_path: str) -> int:
     if not source.tables:
         err.print("[yellow]warning:[/yellow] source.tables is empty: no table can be snapshotted")
     out.print(escape(f"captured tables: {', '.join(map(str, tables)) or '(none yet)'}"))
-    _print_problems(pg_setup.check_prerequisites(engine, tables, source.slot))
+    _print_problems(refused + pg_setup.check_prerequisites(engine, tables, source.slot))
     try:
         change = pg_setup.ensure_publication(engine, source.publication, [*tables, signal_table])
         out.print(escape(str(change)))
@@ -171,6 +184,35 @@ def _init_postgres(config: Config, config_path: str) -> int:
     out.print(escape(f"replication slot {source.slot}: {slot}"))
     _warn_if_position_lost(config, config_path)
     return 0
+
+
+def _create_signal_table(engine: sa.Engine, config: Config) -> list[Any]:
+    """Create the signal table (unless it exists). A privilege the user lacks is a problem
+    printed with the prerequisites, so one `init` names everything to fix."""
+    from snapshotter.dialects.pg_setup import Problem
+    from snapshotter.errors import is_privilege_error, source_reason
+
+    table = config.source.signal_table_id
+    try:
+        with engine.begin() as conn:
+            created = create_signal_table(conn, table)
+    except sa.exc.DBAPIError as exc:
+        if not is_privilege_error(exc):
+            raise
+        user = engine.url.username or "the configured user"
+        if config.source.kind == "mysql":
+            grant = f"GRANT CREATE, INSERT, SELECT ON `{table.schema}`.* TO '{user}'@'%'"
+        else:
+            grant = f'GRANT CREATE ON SCHEMA "{table.schema}" TO "{user}"'
+        return [
+            Problem(
+                what=f"cannot create the signal table {table}: {source_reason(exc)}",
+                fix=f"{grant}; or have its owner create it (run `snapshotter init` as a user "
+                "that may), then run init again",
+            )
+        ]
+    out.print(escape(f"signal table {table}: {'created' if created else 'already there'}"))
+    return []
 
 
 def _warn_if_position_lost(config: Config, config_path: str) -> None:
@@ -251,7 +293,7 @@ def cmd_reset_stream(args: argparse.Namespace) -> int:
     except (StateError, SetupError, TableErrorBase) as exc:
         raise CliError(str(exc)) from None
     except sa.exc.SQLAlchemyError as exc:
-        raise CliError(f"reset-stream failed: {sp.error_reason(exc)}") from None
+        raise CliError(f"reset-stream: {explain(exc, config.source.url).text}") from None
     for line in start.done:
         out.print(escape(line))
     out.print(escape(f"state {path}: the stream now starts at {new} (it resumed from {old})"))
@@ -310,7 +352,7 @@ def cmd_teardown(args: argparse.Namespace) -> int:
     objects = [f"signal table {source.signal_table_id}"]
     if source.kind == "postgres":
         objects[:0] = [f"replication slot {source.slot}", f"publication {source.publication}"]
-    url = engine.url.render_as_string(hide_password=True)
+    url = mask_url(config.source.url)
     # No state directory, no engine that could be using it: nothing to lock (or create).
     lock: Any = StateStore(path) if config.state.dir.exists() else contextlib.nullcontext()
     try:
@@ -328,7 +370,7 @@ def cmd_teardown(args: argparse.Namespace) -> int:
     except SetupError as exc:
         raise CliError(f"{exc}; nothing was dropped") from None
     except sa.exc.SQLAlchemyError as exc:
-        raise CliError(f"teardown failed: {sp.error_reason(exc)}") from None
+        raise CliError(f"teardown: {explain(exc, config.source.url).text}") from None
     for line in lines:
         out.print(escape(line))
     if path.exists():
@@ -369,6 +411,12 @@ def _signal_data(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_signal(args: argparse.Namespace) -> int:
+    if not args.config:
+        raise CliError(
+            "signal needs -c/--config (before or after the signal kind): "
+            f"snapshotter signal {args.kind} ... -c CONFIG",
+            code=2,
+        )
     config = _config(args)
     # The CLI builds the row and runs it through the same strict parser the engine uses, so
     # a signal the engine would refuse is refused here, before it reaches the table.
@@ -379,9 +427,11 @@ def cmd_signal(args: argparse.Namespace) -> int:
         dollar_quotes=config.source.kind == "postgres",
     )
     if isinstance(parsed, SignalError):
-        raise CliError(f"not sent: {parsed.problem}", code=2)
+        raise CliError(f"not sent: {printable(parsed.problem)}", code=2)
     assert not isinstance(parsed, Watermark)
     engine = _connect(config)
+    if isinstance(parsed, ExecuteSnapshot) and not args.no_check:
+        _check_snapshot(config, parsed)
     with engine.begin() as conn:
         signal_id = insert_signal(conn, config.source.signal_table_id, parsed)
     out.print(
@@ -392,16 +442,62 @@ def cmd_signal(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_snapshot(config: Config, signal: ExecuteSnapshot) -> None:
+    """Refuse at once what the engine would refuse (signals.plan, the engine's own rules):
+    a table outside source.tables, one that does not exist or is a view, a pattern that
+    matches no captured table, a signal too big. Whether a table is busy is left to the
+    engine (the state file may be behind it)."""
+    from signals.names import TableSet
+    from signals.plan import Selectors, plan_snapshot
+    from snapshotter.runner import open_dialect
+
+    source = config.source
+    dialect = open_dialect(config)
+    try:
+        known = TableSet(dialect.list_tables())
+        plan = plan_snapshot(
+            signal,
+            known=known,
+            captured=Selectors(
+                (parse_table_selector(t) for t in source.tables), source.default_schema
+            ),
+            captured_text=repr(source.tables),
+            signal_table=source.signal_table_id,
+            default_schema=source.default_schema,
+            unfinished={},
+            describe_missing=dialect.relation_kinds,
+        )
+    finally:
+        dialect.close()
+    reasons = [plan.error] if plan.error else [r for _, r in plan.refused] + plan.problems
+    if not reasons:
+        return
+    more = f" (and {len(reasons) - 1} more problems)" if len(reasons) > 1 else ""
+    fix = "; fix the names (they are case-sensitive) or source.tables, or pass --no-check"
+    if plan.error:
+        fix = ""
+    raise CliError(f"not sent: {printable(reasons[0])}{more}{fix}", code=2)
+
+
 def _describe(signal: Signal | Watermark | SignalError) -> tuple[str, str, str]:
+    # Signal text is anyone's: control characters escaped (printable), markup escaped.
     if isinstance(signal, SignalError):
         return (
-            escape(signal.signal_id),
-            escape(signal.signal_type),
-            f"[red]error:[/red] {escape(signal.problem)}",
+            escape(printable(signal.signal_id)),
+            escape(printable(signal.signal_type)),
+            f"[red]error:[/red] {escape(printable(signal.problem))}",
         )
     if isinstance(signal, Watermark):
-        return signal.id, signal.type.value, f"window {signal.window_id}"
-    return escape(signal.id), signal.type.value, escape(json.dumps(signal.data()))
+        return (
+            escape(printable(signal.id)),
+            signal.type.value,
+            f"window {escape(printable(signal.window_id))}",
+        )
+    return (
+        escape(printable(signal.id)),
+        signal.type.value,
+        escape(printable(json.dumps(signal.data(), ensure_ascii=False))),
+    )
 
 
 def cmd_signals(args: argparse.Namespace) -> int:
@@ -416,7 +512,8 @@ def cmd_signals(args: argparse.Namespace) -> int:
                 rows.append({"id": s.signal_id, "type": s.signal_type, "error": s.problem})
             else:
                 rows.append({"id": s.id, "type": s.type.value, "data": s.data()})
-        out.print_json(json.dumps(rows))
+        # Exact values, as JSON escapes: nothing but ASCII reaches the terminal.
+        out.print_json(json.dumps(rows), ensure_ascii=True)
         return 0
     table = Table(title=f"signals in {config.source.signal_table_id}")
     table.add_column("id", overflow="fold")
@@ -443,7 +540,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     stop = StopFlag()
     stop.install()
     try:
-        with live_progress(verbose=args.verbose) as on_progress:
+        with live_progress(verbose=args.verbose, log_filter=RedactingFilter(redact)) as on_progress:
             code = run_engine(
                 config, until_caught_up=args.until_caught_up, stop=stop, on_progress=on_progress
             )
@@ -457,7 +554,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise CliError(str(exc.__cause__.for_config(args.config, tables))) from None
         raise CliError(str(exc)) from None
     except (StateError, ValueError, OSError, LogReaderError, JsonlSinkError) as exc:
-        raise CliError(str(exc)) from None
+        raise CliError(explain(exc, config.source.url).text) from None
     _print_summary(config)
     return code
 
@@ -525,7 +622,7 @@ def _print_summary(config: Config) -> None:
         return
     for p in StateStore(path).load().snapshots:
         line = f"{p.table}: {p.status.value}, {p.rows_emitted} rows, {p.chunk_id} chunks"
-        err.print(escape(line + (f" ({p.error})" if p.error else "")))
+        err.print(escape(printable(line + (f" ({p.error})" if p.error else ""))))
 
 
 def _landing_status(config: Config, sink: dict[str, Any]) -> dict[str, Any]:
@@ -550,7 +647,7 @@ def _landing_status(config: Config, sink: dict[str, Any]) -> dict[str, Any]:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from snapshotter.runner import state_path
-    from snapshotter.status import status_report
+    from snapshotter.status import status_report, table_rows
     from snapshotter.stream_position import stream_health
 
     config = _config(args)
@@ -575,7 +672,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     table = Table(title=f"snapshots ({path})")
     for column in ("table", "state", "rows", "chunks", "last key", "max key", "error"):
         table.add_column(column, overflow="fold")
-    for s in report["snapshots"]:
+    shown, hidden = table_rows(report["snapshots"])
+    for s in shown:
         table.add_row(
             escape(s["table"]),
             s["state"],
@@ -586,6 +684,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             escape(s["error"] or ""),
         )
     out.print(table)
+    if hidden:
+        out.print(f"{hidden} older snapshots not shown (status --json lists them all)")
     stream = report["stream"]
     out.print(
         escape(
@@ -639,29 +739,40 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _verify_jsonl(config: Config, names: Sequence[str], *, as_json: bool) -> int:
-    from signals.names import TableNameError, parse_table_name
-    from snapshotter.convergence import check_table
+    """Each table (see ``convergence.tables_to_verify``) against the sink's output; a table
+    that cannot be compared is reported and the others still are. Exit 1 if any diverges
+    or fails."""
+    from signals.names import TableNameError
+    from snapshotter.convergence import check_table, tables_to_verify
     from snapshotter.dialects.base import TableError
-    from snapshotter.sinks.kafka import KafkaSinkError
+    from snapshotter.runner import open_dialect
     from snapshotter.verify import VerifyError, verdict_json
 
-    if not names:
-        raise CliError(
-            f"name the tables to verify (the {config.sink.kind} sink verifies named tables)", 2
-        )
+    dialect = open_dialect(config)
+    try:
+        tables = tables_to_verify(config, dialect, names)
+    except (TableNameError, TableError, VerifyError) as exc:
+        raise CliError(str(exc), code=2) from None
+    finally:
+        dialect.close()
     failed = False
     results: list[dict[str, Any]] = []
-    for name in names:
+    for table in tables:
         try:
-            verdict = check_table(config, parse_table_name(name))
-        except (TableNameError, TableError, VerifyError, KafkaSinkError, OSError) as exc:
-            raise CliError(f"{name}: {exc}") from None
+            verdict = check_table(config, table)
+        except (TableError, VerifyError) as exc:
+            failed = True
+            if as_json:
+                results.append({"table": str(table), "ok": False, "error": str(exc)})
+            else:
+                out.print(f"[red]{escape(f'{table}: error: {exc}')}[/red]")
+            continue
         failed = failed or not verdict.ok
         if as_json:
-            results.append({"table": name, **verdict_json(verdict)})
+            results.append({"table": str(table), **verdict_json(verdict)})
             continue
         colour = "green" if verdict.ok else "red"
-        out.print(f"[{colour}]{escape(name)}: {escape(verdict.render())}[/{colour}]")
+        out.print(f"[{colour}]{escape(f'{table}: {verdict.render()}')}[/{colour}]")
     if as_json:
         out.print_json(json.dumps(results))
     return 1 if failed else 0
@@ -703,8 +814,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"snapshotter {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def with_config(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        p.add_argument("-c", "--config", required=True, help="the TOML configuration file")
+    def with_config(p: argparse.ArgumentParser, required: bool = True) -> argparse.ArgumentParser:
+        p.add_argument("-c", "--config", required=required, help="the TOML configuration file")
+        p.add_argument(
+            "-v", "--verbose", action="store_true", help="debug logging; tracebacks of errors"
+        )
         return p
 
     init = with_config(
@@ -712,10 +826,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     init.set_defaults(func=cmd_init)
 
-    signal = with_config(sub.add_parser("signal", help="insert a signal into the signal table"))
+    # -c and -v may come before the signal kind or after it, as with the other commands:
+    # each kind takes them too, without a default of its own (SUPPRESS), so a value given
+    # before the kind stays; cmd_signal says when neither place had -c.
+    signal = with_config(
+        sub.add_parser("signal", help="insert a signal into the signal table"), required=False
+    )
     kinds = signal.add_subparsers(dest="kind", required=True, metavar="SIGNAL")
-    execute = kinds.add_parser(
-        SignalType.EXECUTE_SNAPSHOT.value, help="snapshot tables (names or regex patterns)"
+
+    def kind_parser(name: str, text: str) -> argparse.ArgumentParser:
+        p = kinds.add_parser(name, help=text)
+        p.add_argument("-c", "--config", default=argparse.SUPPRESS, help="the TOML config file")
+        p.add_argument(
+            "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="debug logging"
+        )
+        return p
+
+    execute = kind_parser(
+        SignalType.EXECUTE_SNAPSHOT.value, "snapshot tables (names or regex patterns)"
     )
     execute.add_argument("tables", nargs="+", metavar="TABLE")
     execute.add_argument(
@@ -729,11 +857,17 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="COLUMN",
         help="a NOT NULL unique column to page by, for a table without a key",
     )
-    stop = kinds.add_parser(SignalType.STOP_SNAPSHOT.value, help="stop snapshots (all if no TABLE)")
+    execute.add_argument(
+        "--no-check",
+        action="store_true",
+        help="send it without checking the tables against the source first (the engine "
+        "still refuses what it cannot snapshot, in status)",
+    )
+    stop = kind_parser(SignalType.STOP_SNAPSHOT.value, "stop snapshots (all if no TABLE)")
     stop.add_argument("tables", nargs="*", metavar="TABLE")
-    kinds.add_parser(SignalType.PAUSE_SNAPSHOT.value, help="pause the running snapshot")
-    kinds.add_parser(SignalType.RESUME_SNAPSHOT.value, help="resume a paused snapshot")
-    log = kinds.add_parser(SignalType.LOG.value, help="write a message to the engine's log")
+    kind_parser(SignalType.PAUSE_SNAPSHOT.value, "pause the running snapshot")
+    kind_parser(SignalType.RESUME_SNAPSHOT.value, "resume a paused snapshot")
+    log = kind_parser(SignalType.LOG.value, "write a message to the engine's log")
     log.add_argument("message")
     signal.set_defaults(func=cmd_signal)
 
@@ -747,7 +881,6 @@ def build_parser() -> argparse.ArgumentParser:
             action="store_true",
             help="exit once no snapshot is pending or running and the log is read to its end",
         )
-        run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
         run.set_defaults(func=cmd_run)
 
     status = with_config(
@@ -766,8 +899,8 @@ def build_parser() -> argparse.ArgumentParser:
         "tables",
         nargs="*",
         metavar="TABLE",
-        help="tables to verify (spark sink: default every landed table and every table of "
-        "source.tables)",
+        help="tables to verify (default: every table source.tables selects, at the source "
+        "or snapshotted)",
     )
     verify.add_argument("--json", action="store_true", help="print JSON")
     verify.set_defaults(func=cmd_verify)
@@ -793,14 +926,58 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _print_error(text: str) -> None:
+    err.print(f"[red]error:[/red] {escape(redact(text))}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command. Every error is printed as one or two lines (what, where, the fix),
+    secrets masked; the traceback only with -v."""
     args = build_parser().parse_args(argv)
+    verbose = bool(getattr(args, "verbose", False))
+    # Log lines of any logger that has no handler of its own come through here: mask them.
+    guard = RedactingFilter(redact)
+    if logging.lastResort is not None:
+        logging.lastResort.addFilter(guard)
+    debug = _debug_logging(guard) if verbose and args.func is not cmd_run else None
     try:
         code: int = args.func(args)
     except CliError as exc:
-        err.print(f"[red]error:[/red] {escape(str(exc))}")
+        if verbose and exc.__cause__ is not None:
+            sys.stderr.write(redact("".join(traceback.format_exception(exc.__cause__))))
+        _print_error(str(exc))
         return exc.code
+    except KeyboardInterrupt:
+        _print_error("interrupted")
+        return 130
+    except Exception as exc:
+        if verbose:
+            sys.stderr.write(redact(traceback.format_exc()))
+        explained = explain(exc, _source_url[0] if _source_url else None)
+        hint = "" if explained.expected or verbose else " (unexpected: -v shows the traceback)"
+        _print_error(explained.text + hint)
+        return 1
+    finally:
+        if logging.lastResort is not None:
+            logging.lastResort.removeFilter(guard)
+        if debug is not None:
+            handler, level = debug
+            logging.getLogger("snapshotter").removeHandler(handler)
+            logging.getLogger("snapshotter").setLevel(level)
     return code
+
+
+def _debug_logging(guard: logging.Filter) -> tuple[logging.Handler, int]:
+    """-v for commands other than run: the snapshotter loggers' debug lines on stderr; the
+    handler and the level to restore."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(guard)
+    root = logging.getLogger("snapshotter")
+    level = root.level
+    root.setLevel(logging.DEBUG)
+    root.addHandler(handler)
+    return handler, level
 
 
 if __name__ == "__main__":

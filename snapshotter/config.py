@@ -7,14 +7,31 @@ Any key can also be set from the environment as ``SNAPSHOTTER_<SECTION>_<KEY>`` 
 ``SNAPSHOTTER_SOURCE_TABLES='["public.a", "public.b"]'``): the value is read as a TOML value
 when it is one (numbers, booleans, arrays, quoted strings) and as a plain string otherwise.
 Relative paths are relative to the directory of the config file.
+
+Which ``SNAPSHOTTER_*`` variables are configuration (a typo must never be ignored silently):
+
+* ``SNAPSHOTTER_SOURCE_*``, ``SNAPSHOTTER_SINK_*``, ``SNAPSHOTTER_STATE_*`` and
+  ``SNAPSHOTTER_SPARK_*`` set the key the rest names; a key the section does not have is an
+  error ("did you mean ...").
+* A variable whose first word is a misspelt section name (``SNAPSHOTTER_SORUCE_URL``) is an
+  error too.
+* A variable the file references as ``${NAME}`` is only that reference, whatever its name.
+* Every other ``SNAPSHOTTER_*`` variable is not configuration and is ignored here: the
+  project's scripts and tests use such names (``SNAPSHOTTER_PG_URL``, ``SNAPSHOTTER_FAULTS``,
+  ``SNAPSHOTTER_SERVICES_DIR``...), and a config may reference any variable as ``${NAME}``.
+
+Unknown keys are refused everywhere, with the nearest known key as a suggestion: in the file's
+sections, and inside ``[sink] kafka = {...}`` (checked against the settings kafka-python's
+producer, admin client and consumer accept).
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Set
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,11 +41,13 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from signals.names import TableId, TableNameError, parse_table_name, parse_table_selector
+from snapshotter.redact import mask_url
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 ENV_PREFIX = "SNAPSHOTTER_"
@@ -37,6 +56,10 @@ ENV_PREFIX = "SNAPSHOTTER_"
 DEFAULT_SCHEMA = {"postgres": "public"}
 SOURCE_KINDS = ("postgres", "mysql")
 DEFAULT_JSONL = "snapshotter-events.jsonl"
+_URL_EXAMPLES = {
+    "postgres": "postgresql://USER:PASSWORD@HOST:PORT/DATABASE",
+    "mysql": "mysql://USER:PASSWORD@HOST:PORT/DATABASE",
+}
 
 
 class ConfigError(ValueError):
@@ -59,6 +82,10 @@ class SourceConfig(_Section):
     tables: list[str] = Field(default_factory=list)
     signal_table: str = "debezium_signal"
     chunk_size: int = Field(default=4096, ge=1, le=1_000_000)
+    # The longest one max-key or chunk query may run (seconds), enforced by the server's
+    # statement timeout and by the engine cancelling it: a filter (SQL from the signal
+    # table) cannot hold the snapshot side for longer. Past it, that table's snapshot fails.
+    chunk_timeout_s: float = Field(default=300, gt=0, le=86_400)
     slot: str = Field(default="snapshotter", pattern=r"^[a-z0-9_]{1,63}$")
     publication: str = Field(default="snapshotter", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
     # MySQL: the server id the binlog client registers with. It must differ from the
@@ -68,6 +95,33 @@ class SourceConfig(_Section):
     # `snapshotter status` warns when more log than this waits unread behind the saved
     # position (PostgreSQL: WAL the slot retains; MySQL: binlog bytes after the position).
     backlog_warn_mb: int = Field(default=1024, ge=0)
+    # Delete the engine's own watermark rows (two per chunk) from the signal table once their
+    # window is finished, and those earlier runs left behind, in batches of this many rows,
+    # off the stream. User signals (execute-snapshot ...) are never deleted.
+    signal_cleanup: bool = True
+    signal_cleanup_batch: int = Field(default=500, ge=1, le=100_000)
+
+    @field_validator("url")
+    @classmethod
+    def _url_parses(cls, value: str, info: ValidationInfo) -> str:
+        """A URL that cannot be used is said at load, masked (it holds the password)."""
+        kind = info.data.get("kind", "postgres")
+        example = _URL_EXAMPLES.get(kind, _URL_EXAMPLES["postgres"])
+        try:
+            url = sa.make_url(value)
+        except (sa.exc.ArgumentError, ValueError) as exc:
+            # Not shown: what part of an unparsable text is the password cannot be told.
+            reason = "its port is not a number" if isinstance(exc, ValueError) else "not a URL"
+            raise ValueError(
+                f"cannot be parsed ({reason}; not shown, as it may hold a password); write it "
+                f"as {example}"
+            ) from None
+        if kind == "mysql" and not url.database:
+            raise ValueError(
+                f"{mask_url(url)} names no database (MySQL needs one: the default schema of "
+                f"unqualified table names); write it as {example}"
+            )
+        return value
 
     @field_validator("signal_table")
     @classmethod
@@ -94,7 +148,7 @@ class SourceConfig(_Section):
             database = sa.make_url(self.url).database
             if not database:
                 raise ConfigError(
-                    f"source.url {self.url!r} names no database (mysql://user:pass@host/DB)"
+                    f"source.url {mask_url(self.url)} names no database ({_URL_EXAMPLES['mysql']})"
                 )
             return database
         return DEFAULT_SCHEMA[self.kind]
@@ -142,6 +196,54 @@ KAFKA_RESERVED = frozenset(
 )
 
 
+# Client settings that take Python objects (classes, callables, lists of tuples): no TOML
+# value can stand for them.
+KAFKA_OBJECT_SETTINGS = frozenset(
+    {
+        "kafka_client",
+        "selector",
+        "ssl_context",
+        "sasl_oauth_token_provider",
+        "metric_reporters",
+        "socket_options",
+        "default_offset_commit_callback",
+        "partition_assignment_strategy",
+    }
+)
+
+
+def kafka_client_settings() -> frozenset[str]:
+    """Every setting kafka-python's producer, admin client or consumer accepts (each client
+    of the sink takes the ones it knows; see ``snapshotter.sinks.kafka.client_settings``)."""
+    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+
+    return frozenset(
+        name
+        for client in (KafkaProducer, KafkaAdminClient, KafkaConsumer)
+        for name in client.DEFAULT_CONFIG
+    )
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`` (did you mean X?)`` for the nearest known name, or nothing."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def kafka_setting_problem(name: str) -> str | None:
+    """Why ``[sink] kafka`` cannot hold ``name`` (None: it can)."""
+    known = kafka_client_settings()
+    if name in KAFKA_OBJECT_SETTINGS:
+        return f"{name}: takes a Python object, which a config file cannot give"
+    if name not in known:
+        settable = known - KAFKA_RESERVED - KAFKA_OBJECT_SETTINGS
+        return (
+            f"{name}: not a kafka-python client setting{did_you_mean(name, settable)}; "
+            "the keys are kafka-python's (security_protocol, sasl_mechanism, ssl_cafile...)"
+        )
+    return None
+
+
 class SinkConfig(_Section):
     # "jsonl": one JSON line per event in a local file. "spark": staged Parquet landed by
     # Spark into a changelog and a current-state table per source table. "kafka": one topic
@@ -185,7 +287,7 @@ class SinkConfig(_Section):
 
     @field_validator("kafka")
     @classmethod
-    def _not_reserved(
+    def _known_client_settings(
         cls, value: dict[str, str | int | float | bool]
     ) -> dict[str, str | int | float | bool]:
         reserved = sorted(KAFKA_RESERVED & set(value))
@@ -194,6 +296,9 @@ class SinkConfig(_Section):
                 f"{', '.join(reserved)}: set by the sink itself (bootstrap_servers is a [sink] "
                 "key; acks=all and idempotence keep each key's events in order and durable)"
             )
+        problems = [kafka_setting_problem(name) for name in value]
+        if any(problems):
+            raise ValueError("; ".join(p for p in problems if p))
         return value
 
     @model_validator(mode="after")
@@ -277,9 +382,20 @@ def _env_value(text: str) -> Any:
         return text
 
 
-def _apply_env(raw: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
-    """Overlay ``SNAPSHOTTER_<SECTION>_<KEY>`` variables on the file's values."""
-    sections = {
+def _referenced(value: Any) -> set[str]:
+    """The environment variables the file names as ``${NAME}``."""
+    if isinstance(value, dict):
+        return {name for v in value.values() for name in _referenced(v)}
+    if isinstance(value, list):
+        return {name for v in value for name in _referenced(v)}
+    if isinstance(value, str):
+        return set(_ENV_REF.findall(value))
+    return set()
+
+
+def _section_fields() -> dict[str, dict[str, str]]:
+    """Per section: the upper-case key as a variable spells it -> the key."""
+    return {
         name: {f.upper(): f for f in model.model_fields}
         for name, model in (
             ("source", SourceConfig),
@@ -288,17 +404,50 @@ def _apply_env(raw: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any
             ("spark", SparkConfig),
         )
     }
+
+
+def _env_target(var: str, sections: dict[str, dict[str, str]]) -> tuple[str, str] | None:
+    """The (section, key) a ``SNAPSHOTTER_*`` variable sets; None for a variable that is not
+    configuration (see the module docstring); ConfigError for a misspelt one."""
+    rest = var[len(ENV_PREFIX) :]
+    for section, fields in sections.items():
+        prefix = section.upper() + "_"
+        if rest.startswith(prefix):
+            key = rest[len(prefix) :]
+            if key in fields:
+                return section, fields[key]
+            known = [f"{ENV_PREFIX}{section.upper()}_{k}" for k in fields]
+            raise ConfigError(
+                f"environment variable {var}: [{section}] has no key {key.lower()!r}"
+                f"{did_you_mean(var, known)}; unset it or fix the name"
+            )
+    first = rest.split("_", 1)[0]
+    close = difflib.get_close_matches(first, [s.upper() for s in sections], n=1, cutoff=0.75)
+    if close and "_" in rest:
+        raise ConfigError(
+            f"environment variable {var}: no section {first.lower()!r} (did you mean "
+            f"{ENV_PREFIX}{close[0]}_{rest.split('_', 1)[1]}?); unset it or fix the name"
+        )
+    return None
+
+
+def _apply_env(
+    raw: dict[str, Any], environ: Mapping[str, str], referenced: Set[str] = frozenset()
+) -> dict[str, Any]:
+    """Overlay ``SNAPSHOTTER_<SECTION>_<KEY>`` variables on the file's values (the rule for
+    which variables count is in the module docstring)."""
+    sections = _section_fields()
     out = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
-    for var, text in environ.items():
-        if not var.startswith(ENV_PREFIX):
+    for var in sorted(environ):
+        if not var.startswith(ENV_PREFIX) or var in referenced:
             continue
-        rest = var[len(ENV_PREFIX) :]
-        for section, fields in sections.items():
-            prefix = section.upper() + "_"
-            if rest.startswith(prefix) and rest[len(prefix) :] in fields:
-                target = out.setdefault(section, {})
-                if isinstance(target, dict):
-                    target[fields[rest[len(prefix) :]]] = _env_value(text)
+        target = _env_target(var, sections)
+        if target is None:
+            continue
+        section, key = target
+        values = out.setdefault(section, {})
+        if isinstance(values, dict):
+            values[key] = _env_value(environ[var])
     return out
 
 
@@ -314,6 +463,20 @@ def _resolve_paths(config: Config, base: Path) -> Config:
     return config.model_copy(update={"sink": sink, "state": state})
 
 
+def _problem(error: Mapping[str, Any]) -> str:
+    """One pydantic error as ``where: what``; an unknown key with the nearest known one."""
+    loc = tuple(str(p) for p in error["loc"])
+    where = ".".join(loc) or "top level"
+    if error["type"] == "extra_forbidden" and loc:
+        sections = _section_fields()
+        known = (
+            list(Config.model_fields) if len(loc) == 1 else list(sections.get(loc[0], {}).values())
+        )
+        return f"{where}: unknown key{did_you_mean(loc[-1], known)}"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return f"{where}: {message}"
+
+
 def parse_config(
     text: str,
     origin: str = "<config>",
@@ -327,14 +490,12 @@ def parse_config(
         raise ConfigError(f"{origin}: not valid TOML: {exc}") from None
     try:
         env = os.environ if environ is None else environ
-        raw = _apply_env(_expand(raw, "", env), env)
+        raw = _apply_env(_expand(raw, "", env), env, _referenced(raw))
         config = Config.model_validate(raw)
     except ConfigError as exc:
         raise ConfigError(f"{origin}: {exc}") from None
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'top level'}: {e['msg']}" for e in exc.errors()
-        )
+        problems = "; ".join(_problem(e) for e in exc.errors())
         raise ConfigError(f"{origin}: {problems}") from None
     return _resolve_paths(config, base_dir if base_dir is not None else Path.cwd())
 

@@ -7,12 +7,74 @@ Meaningful once the engine has caught up with the log and the table is not being
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from signals.names import TableId
+from signals.names import TableId, TablePattern, parse_table_name, parse_table_selector
 from snapshotter.config import Config
-from snapshotter.verify import Verdict, compare, materialize
+from snapshotter.dialects.base import Dialect
+from snapshotter.verify import Verdict, VerifyError, compare, materialize
+
+
+def tables_to_verify(config: Config, dialect: Dialect, names: Sequence[str]) -> list[TableId]:
+    """What ``snapshotter verify`` checks, the same for every sink: the named tables; without
+    names, every table ``source.tables`` selects, both those at the source now and those the
+    state has snapshotted (a table dropped since is reported, not skipped). The signal table
+    is not verified."""
+    from snapshotter.dialects.pg_setup import resolve_tables
+
+    source = config.source
+    default = source.default_schema
+    if names:
+        return [parse_table_name(n).with_default_schema(default) for n in names]
+    found = dict.fromkeys(resolve_tables(dialect, source.tables, default))
+    selectors = [
+        s if isinstance(s, TablePattern) else s.with_default_schema(default)
+        for s in map(parse_table_selector, source.tables)
+    ]
+    for table in snapshotted_tables(config):
+        if any(s.matches(table) if isinstance(s, TablePattern) else s == table for s in selectors):
+            found[table] = None
+    found.pop(source.signal_table_id, None)
+    if not found:
+        raise VerifyError(
+            "no table to verify: source.tables selects no table at the source and none was "
+            "snapshotted; name the tables to verify"
+        )
+    return sorted(found, key=str)
+
+
+def snapshotted_tables(config: Config) -> list[TableId]:
+    """Tables the saved state has snapshots of (none when there is no state)."""
+    from snapshotter.runner import state_path
+    from snapshotter.state_store import StateStore
+
+    path = state_path(config)
+    if not path.exists():
+        return []
+    return list(dict.fromkeys(p.table for p in StateStore(path).load().snapshots))
+
+
+def surrogate_key(config: Config, table: TableId) -> tuple[str, ...] | None:
+    """The surrogate key the engine keys ``table``'s events by (the state's last snapshot of
+    it that names one and did not fail: the engine's own rule), or None."""
+    from snapshotter.core.state import SnapshotStatus
+    from snapshotter.runner import state_path
+    from snapshotter.state_store import StateStore
+
+    path = state_path(config)
+    if not path.exists():
+        return None
+    found = None
+    for p in StateStore(path).load().snapshots:
+        if (
+            p.table == table
+            and p.surrogate_key
+            and p.key_columns
+            and p.status is not SnapshotStatus.FAILED
+        ):
+            found = tuple(p.key_columns)
+    return found
 
 
 def check_table(config: Config, table: TableId) -> Verdict:
@@ -23,7 +85,10 @@ def check_table(config: Config, table: TableId) -> Verdict:
     dialect = open_dialect(config)
     try:
         schema = dialect.describe(table)
-        key = list(schema.primary_key) or [c.name for c in schema.columns]
+        # The key the output is keyed by: the primary key; for a table without one, the
+        # surrogate key of its snapshot (else the whole row, as its log events are keyed).
+        surrogate = None if schema.primary_key else surrogate_key(config, table)
+        key = list(schema.primary_key or surrogate or [c.name for c in schema.columns])
         topic = f"{source.topic_prefix}.{table.schema}.{table.table}"
         if config.sink.kind == "kafka":
             from snapshotter.sinks.encoding import json_as_text
@@ -37,7 +102,7 @@ def check_table(config: Config, table: TableId) -> Verdict:
             if sink.json_as_text:  # JSON columns were written as strings of their text
                 rows = (json_as_text(row) or row for row in rows)
             return compare(output, rows, key)
-        output = materialize(config.sink.local_path, topic)
+        output = materialize(config.sink.local_path, topic, surrogate)
         return compare(output, dialect.scan(schema), key)
     finally:
         dialect.close()

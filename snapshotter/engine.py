@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -33,8 +34,10 @@ from signals import (
     Watermark,
     parse_signal,
 )
+from signals.display import EscapeControls, printable
 from signals.model import WatermarkKind
-from signals.names import TableId, TablePattern, TableSelector, parse_table_selector
+from signals.names import TableId, TableSelector, TableSet, parse_table_selector
+from signals.plan import Selectors, listed, plan_snapshot
 from snapshotter.chunk_worker import (
     ChunkRead,
     ChunkTask,
@@ -56,19 +59,36 @@ from snapshotter.core.state import (
     TableProgress,
 )
 from snapshotter.core.visibility import RecentTransactions
-from snapshotter.core.window import ChunkWindow, WindowPhase, buffer_key
+from snapshotter.core.window import (
+    ChunkWindow,
+    Verdict,
+    WindowOrderError,
+    WindowPhase,
+    buffer_key,
+)
 from snapshotter.dialects.base import Dialect, TableSchema
 from snapshotter.faults import failpoint
 from snapshotter.logs.base import Change, Commit, LogItem, LogReader, Notice, Progress, TableShape
+from snapshotter.signal_cleanup import WatermarkCleanup
 from snapshotter.sinks.base import Sink
 from snapshotter.state_store import StateStore
 
 log = logging.getLogger("snapshotter.engine")
+# Log lines carry text from signal rows (ids, messages, table names, filters): escaped, so
+# that none can forge or hide a line (signals.display).
+log.addFilter(EscapeControls())
+logging.getLogger("snapshotter.chunks").addFilter(EscapeControls())
 
 KeyColumns = Callable[[TableId], Sequence[str] | None]
 OpenReader = Callable[[Mapping[str, Any], KeyColumns], LogReader]
 
 WINDOWS_IN_FLIGHT = 3  # waiting for their close watermark in the log, or being read
+# Watermark rows the engine did not write that took a window's id (core.window): the chunk
+# is read again under a new id, up to this many times per table snapshot; then it fails.
+FORGED_WINDOWS_MAX = 3
+LOG_MESSAGE_CHARS = 4_000  # of a `log` signal's message, in the engine's log
+SHOWN_TABLES = 20  # tables a log line about a signal names before "and N more"
+RETIRED_WINDOWS = 256  # window ids remembered, so their late watermark rows stay quiet
 READ_TIMEOUT_S = 0.05
 REPORT_INTERVAL_S = 5.0
 # The snapshot side's database calls failing for a transient reason (the dialect's
@@ -147,7 +167,17 @@ class Engine:
             _default_schema(parse_table_selector(t), config.source.default_schema)
             for t in config.source.tables
         ]
+        self._captured_tables = Selectors(self._patterns, config.source.default_schema)
         self.state = store.load()
+        self.state.prune_history()  # a state file from before history was bounded
+        # A snapshot of this run that did not finish as done but whose record was pruned
+        # from the history (the exit code must still say so).
+        self._pruned_unsuccessful = False
+        # Watermark rows that were not the engine's own, and cost a window, per table
+        # snapshot (signal id + table): past FORGED_WINDOWS_MAX the snapshot fails.
+        self._forged: dict[str, int] = {}
+        self._warned_unknown_window = False
+        self._retired: deque[str] = deque(maxlen=RETIRED_WINDOWS)  # ids this run registered
         self._runs: dict[str, _TableRun] = {}  # by signal id + table
         self._windows: dict[str, _Flight] = {}
         # Three kinds of key, kept apart: the primary key (the decoder's key for log events,
@@ -191,6 +221,14 @@ class Engine:
         self._retry_at = 0.0  # no database call of the snapshot side before this
         self._retry_delay = RETRY_FIRST_S
         self.retried_tasks = 0  # tasks submitted again after a transient failure (this run)
+        # Deletes the watermark rows of windows that are over (signal_cleanup).
+        self._cleanup = (
+            WatermarkCleanup(
+                dialect, self._signal_table, config.source.signal_cleanup_batch, sweep=True
+            )
+            if config.source.signal_cleanup
+            else None
+        )
 
     # ---------------------------------------------------------------- running
 
@@ -223,7 +261,7 @@ class Engine:
             # and not at a later end, which would skip what came in between.
             self.state.stream.resume = dict(start)
             self._store.save(self.state)
-        worker = ChunkWorker(self._dialect, self._hooks)
+        worker = ChunkWorker(self._dialect, self._hooks, self._cleanup)
         self._worker = worker
         try:
             while True:
@@ -301,7 +339,7 @@ class Engine:
 
     def _exit_code(self) -> int:
         touched = [p for p in self.state.snapshots if p.signal_id in self._touched]
-        if any(p.status is not SnapshotStatus.DONE for p in touched):
+        if self._pruned_unsuccessful or any(p.status is not SnapshotStatus.DONE for p in touched):
             return 2
         return 0
 
@@ -425,19 +463,38 @@ class Engine:
         self.state.mark_processed(signal.id, event.position)
         self._dirty = True
         log.info("signal %s (%s) received", signal.id, signal.type.value)
-        if isinstance(signal, ExecuteSnapshot):
-            self._execute(signal, event.position)
-        elif isinstance(signal, StopSnapshot):
-            self._stop(signal)
-        elif isinstance(signal, PauseSnapshot):
-            self._pause(signal, event.position)
-        elif isinstance(signal, ResumeSnapshot):
-            self._resume(signal, event.position)
-        elif isinstance(signal, LogSignal):
-            log.info("log signal %s: %s", signal.id, signal.message)
+        try:
+            if isinstance(signal, ExecuteSnapshot):
+                self._execute(signal, event.position)
+            elif isinstance(signal, StopSnapshot):
+                self._stop(signal)
+            elif isinstance(signal, PauseSnapshot):
+                self._pause(signal, event.position)
+            elif isinstance(signal, ResumeSnapshot):
+                self._resume(signal, event.position)
+            elif isinstance(signal, LogSignal):
+                log.info(
+                    "log signal %s: %s", signal.id, printable(signal.message, LOG_MESSAGE_CHARS)
+                )
+        except SourceUnavailableError:
+            raise  # the engine stops with state saved; the signal is read again on resume
+        except Exception as exc:
+            # A bug met by one signal must not end the stream: the same row would be read
+            # again, and end it again, after every restart.
+            log.exception("signal %s could not be handled", signal.id)
+            self._problem(signal.id, signal.type.value, f"internal error: {exc!r}", event.position)
 
-    def _problem(self, signal_id: str, kind: str, message: str, position: Position) -> None:
-        log.error("signal %s (%s): %s", signal_id, kind, message)
+    def _problem(
+        self,
+        signal_id: str,
+        kind: str,
+        message: str,
+        position: Position,
+        level: int = logging.ERROR,
+    ) -> None:
+        """A signal the engine cannot act on (fully or in part): logged and kept in state for
+        ``status``; the stream goes on."""
+        log.log(level, "signal %s (%s): %s", signal_id, kind, message)
         self.state.add_problem(
             SignalProblem(
                 signal_id=signal_id, signal_type=kind, message=message, position=position.token
@@ -446,96 +503,103 @@ class Engine:
         self._dirty = True
 
     def _captured(self, table: TableId) -> bool:
-        return any(_selects(p, table) for p in self._patterns)
+        return self._captured_tables.selects(table)
 
     def _execute(self, signal: ExecuteSnapshot, position: Position) -> None:
-        schema = self._source.default_schema
+        """Queue the signal's tables (signals.plan): one catalog listing per signal, and a
+        hash lookup per named table, so even a big signal costs little on this thread."""
         try:
-            known = self._list_tables()
+            known = TableSet(self._list_tables())
+            plan = plan_snapshot(
+                signal,
+                known=known,
+                captured=self._captured_tables,
+                captured_text=repr(self._source.tables),
+                signal_table=self._signal_table,
+                default_schema=self._source.default_schema,
+                unfinished={
+                    p.table: f"signal {p.signal_id}, {p.status.value}"
+                    for p in self.state.snapshots
+                    if not p.status.finished
+                },
+                describe_missing=self._relation_kinds,
+            )
         except SourceUnavailableError:
-            raise  # the signal is not recorded as processed: the next run reads it again
+            raise  # the state with the signal marked processed is never saved: read again
         except Exception as exc:
-            self._problem(signal.id, signal.type.value, f"cannot list tables: {exc}", position)
-            return
-        for selector in signal.data_collections:
-            selector = _default_schema(selector, schema)
-            if isinstance(selector, TableId):
-                tables = [selector]
-            else:
-                tables = sorted(t for t in known if selector.matches(t))
-                if not tables:
-                    self._problem(
-                        signal.id,
-                        signal.type.value,
-                        f"pattern {selector} matches no table",
-                        position,
-                    )
-                    continue
-            for table in tables:
-                self._add_snapshot(signal, table, known, position)
-
-    def _add_snapshot(
-        self, signal: ExecuteSnapshot, table: TableId, known: list[TableId], position: Position
-    ) -> None:
-        condition = next(
-            (
-                c.filter
-                for c in signal.additional_conditions
-                if _selects(_default_schema(c.data_collection, self._source.default_schema), table)
-            ),
-            None,
-        )
-        busy = next(
-            (p for p in self.state.snapshots if p.table == table and not p.status.finished), None
-        )
-        if busy is not None:
             self._problem(
+                signal.id, signal.type.value, f"cannot resolve its tables: {exc}", position
+            )
+            return
+        if plan.error is not None:
+            self._problem(signal.id, signal.type.value, plan.error, position)
+            return
+        for problem in plan.problems:
+            self._problem(signal.id, signal.type.value, problem, position)
+        if plan.queue or plan.refused:
+            self._touched.add(signal.id)
+        for table, condition in plan.queue:
+            self.state.add(
+                TableProgress(
+                    table=table,
+                    signal_id=signal.id,
+                    surrogate_key=signal.surrogate_key,
+                    filter=condition,
+                )
+            )
+        if plan.queue:
+            log.info(
+                "snapshot of %s queued (signal %s)",
+                listed([t for t, _ in plan.queue], SHOWN_TABLES),
                 signal.id,
-                signal.type.value,
-                f"{table} is already being snapshotted (signal {busy.signal_id}, "
-                f"{busy.status.value}); stop that snapshot first to start it over",
-                position,
             )
-            return
-        progress = TableProgress(
-            table=table,
-            signal_id=signal.id,
-            surrogate_key=signal.surrogate_key,
-            filter=condition,
-        )
-        self.state.add(progress)
-        self._refresh_unfinished_keys()
-        self._touched.add(signal.id)
-        reason = None
-        if table == self._signal_table:
-            reason = "the signal table itself cannot be snapshotted"
-        elif not self._captured(table):
-            reason = (
-                f"table {table} is not captured: add it (or a pattern matching it) to "
-                f"`tables` in the [source] section of the config (source.tables = "
-                f"{self._source.tables!r})"
+        for table, reason in plan.refused:
+            progress = TableProgress(
+                table=table, signal_id=signal.id, surrogate_key=signal.surrogate_key
             )
-        elif table not in known:
-            reason = f"table {table} does not exist (or the user cannot see it)"
-        if reason is not None:
             progress.fail(reason)
+            self.state.snapshots.append(progress)
+        for table, reason in plan.refused[:SHOWN_TABLES]:
             log.error("snapshot of %s refused: %s", table, reason)
-            return
-        log.info("snapshot of %s queued (signal %s)", table, signal.id)
+        if len(plan.refused) > SHOWN_TABLES:
+            log.error(
+                "signal %s: %d more tables refused (status shows each)",
+                signal.id,
+                len(plan.refused) - SHOWN_TABLES,
+            )
+        dropped = self.state.prune_history()
+        done = SnapshotStatus.DONE
+        if any(p.signal_id in self._touched and p.status is not done for p in dropped):
+            self._pruned_unsuccessful = True
+        self._refresh_unfinished_keys()
+
+    def _relation_kinds(self, tables: Sequence[TableId]) -> Mapping[TableId, str]:
+        """Why names the listing lacks are not tables (a view, ...): only for the message,
+        so a failure here leaves the plain "does not exist"."""
+        try:
+            return self._dialect.relation_kinds(tables)
+        except Exception:
+            log.debug("could not look up the kinds of %d relations", len(tables), exc_info=True)
+            return {}
 
     def _matching(self, selectors: Iterable[TableSelector]) -> list[TableProgress]:
-        chosen = [_default_schema(s, self._source.default_schema) for s in selectors]
+        chosen = Selectors(selectors, self._source.default_schema)
         return [
             p
             for p in self.state.snapshots
-            if not p.status.finished and (not chosen or any(_selects(s, p.table) for s in chosen))
+            if not p.status.finished and (not chosen or chosen.selects(p.table))
         ]
 
     def _stop(self, signal: StopSnapshot) -> None:
+        stopped: set[tuple[str, TableId]] = set()
         for progress in self._matching(signal.data_collections):
             progress.stop()
             self._drop_run(progress)
+            stopped.add((progress.signal_id, progress.table))
             log.info("snapshot of %s stopped by signal %s", progress.table, signal.id)
+        # A stopped table's max-key or chunk query may run for long (a slow filter): cancel
+        # it, so the worker is free for the next table at once.
+        self._worker.cancel(lambda task: (task.signal_id, task.table) in stopped)
 
     def _pause(self, signal: PauseSnapshot, position: Position) -> None:
         try:
@@ -618,6 +682,9 @@ class Engine:
         )
         # Rule 1: register the window before the worker writes its open watermark.
         self._windows[window_id] = _Flight(task)
+        self._retired.append(window_id)  # known to this run from now on, even once gone
+        if self._cleanup is not None:
+            self._cleanup.opened(window_id)
         run.flights.append(window_id)
         run.awaiting.add(window_id)
         run.reading = True
@@ -626,14 +693,35 @@ class Engine:
 
     def _on_result(self, result: TableStarted | ChunkRead | TaskFailed) -> None:
         task = result.task
+        if isinstance(result, TaskFailed) and isinstance(task, ChunkTask):
+            self._window_over(task.window.window_id)  # never continued: a new window re-reads
         if not isinstance(result, TaskFailed):
             self._source_answers()
         progress = self.state.progress(task.table)
         if progress is None or progress.signal_id != task.signal_id or progress.status.finished:
             return  # stopped or failed meanwhile
         run = self._run_of(progress)
+        if (
+            isinstance(result, TaskFailed)
+            and isinstance(task, ChunkTask)
+            and task.window.window_id not in run.awaiting
+        ):
+            # A window given up meanwhile (a forged watermark row took its id, so its own
+            # insert failed; or a re-read): the chunk is read again under a new window.
+            run.reading = False
+            log.debug(
+                "chunk %d of %s: a voided window's task failed: %s",
+                task.number,
+                task.table,
+                result.error,
+            )
+            return
         if isinstance(result, TaskFailed):
-            if result.transient:
+            if result.cancelled:
+                # Cancelled for a stop that no longer applies: neither a failure nor an
+                # outage; the task is simply submitted again.
+                self._void(run, task)
+            elif result.transient:
                 self._retry(run, result)
             else:
                 self._fail(run, result.error)
@@ -684,15 +772,87 @@ class Engine:
             run.exhausted = True
         log.debug("chunk %d of %s: %d rows selected", task.number, task.table, result.selected)
 
+    def _window_over(self, window_id: str) -> None:
+        """The window's watermark rows may go from the signal table: nothing needs them
+        (the engine sees watermarks in the log, never in the table; signal_cleanup)."""
+        if self._cleanup is not None:
+            self._cleanup.finished(window_id)
+
     def _on_watermark(self, watermark: Watermark, event: ChangeEvent) -> None:
         flight = self._windows.get(watermark.window_id)
         if flight is None:
-            return  # a window of an earlier run, or of a snapshot stopped meanwhile
-        window = flight.task.window
-        if watermark.kind is WatermarkKind.OPEN:
-            window.open(event.position)
+            self._unknown_window(watermark)
+            if watermark.kind is WatermarkKind.CLOSE:
+                self._window_over(watermark.window_id)  # of a stopped snapshot, a failed task
             return
-        self._close(flight, event)
+        window = flight.task.window
+        # Anyone who can insert signals can insert watermark rows too: act only on the
+        # window's own rows, in order (core.window explains why a forged close is never
+        # safe to act on, even after the chunk rows were buffered).
+        verdict, why = window.judge(watermark)
+        if verdict is not Verdict.OWN:
+            self._foreign_watermark(flight, watermark, verdict, why, event.position)
+        elif watermark.kind is WatermarkKind.OPEN:
+            window.open(event.position)
+        else:
+            self._close(flight, event)
+            # Both rows of the window are in the log now (the open committed first).
+            self._window_over(watermark.window_id)
+
+    def _unknown_window(self, watermark: Watermark) -> None:
+        """A watermark row of no window this run holds: ignored (harmless: no window acts on
+        it). Expected for windows of a run before a restart and of stopped snapshots."""
+        if watermark.window_id in self._retired or self._warned_unknown_window:
+            log.debug("watermark row %s of no current window ignored", watermark.id)
+            return
+        self._warned_unknown_window = True
+        log.warning(
+            "watermark row %s ignored: no chunk window of this run has that id (a window of "
+            "the run before a restart, a row of another engine sharing the signal table %s, "
+            "or a row inserted by hand); further ones are logged at debug level",
+            watermark.id,
+            self._signal_table,
+        )
+
+    def _foreign_watermark(
+        self, flight: _Flight, watermark: Watermark, verdict: Verdict, why: str, at: Position
+    ) -> None:
+        """A watermark row of a live window that is not its own, or out of order: never
+        acted on. If the window cannot complete any more (BLOCKING: the row took the id of
+        the window's own next row), the chunk is read again under a new window, up to
+        FORGED_WINDOWS_MAX times per table snapshot; then that snapshot fails. The stream
+        goes on either way."""
+        task = flight.task
+        what = f"{watermark.type.value} row ignored: {why} (chunk {task.number} of {task.table})"
+        progress = self.state.progress(task.table)
+        live = (
+            progress is not None
+            and progress.signal_id == task.signal_id
+            and not progress.status.finished
+        )
+        if verdict is Verdict.STRAY or progress is None or not live:
+            self._problem(watermark.id, watermark.type.value, what, at, level=logging.WARNING)
+            return
+        key = f"{task.signal_id}\x00{task.table}"
+        count = self._forged[key] = self._forged.get(key, 0) + 1
+        run = self._run_of(progress)
+        if count > FORGED_WINDOWS_MAX:
+            self._problem(watermark.id, watermark.type.value, what, at, level=logging.WARNING)
+            self._fail(
+                run,
+                f"{count} watermark rows not written by the engine took the ids of its chunk "
+                f"windows: something inserts snapshot-window rows into the signal table "
+                f"{self._signal_table}; stop it, then send execute-snapshot again",
+            )
+            return
+        self._problem(
+            watermark.id,
+            watermark.type.value,
+            f"{what}; the chunk is read again under a new window",
+            at,
+            level=logging.WARNING,
+        )
+        self._reread(run)
 
     def _close(self, flight: _Flight, event: ChangeEvent) -> None:
         task, window = flight.task, flight.task.window
@@ -717,7 +877,8 @@ class Engine:
             if stale:
                 window.drop(stale)
             batch = window.close(event.position)
-        except ValueError as exc:  # WindowKeyError: log keys that do not fit the chunk's
+        except (ValueError, WindowOrderError) as exc:  # WindowKeyError: log keys that do not
+            # fit the chunk's; an ordering error (a bug): that snapshot fails, not the engine
             self._fail(run, str(exc))
             return
         # Keep the worker busy: hand it the next chunk before building this one's events.
@@ -772,6 +933,18 @@ class Engine:
         watermarks, if any were written, are then ignored) and submit it again after a
         backoff. Past the bound, stop the engine (state saved, the snapshot not failed)."""
         task = failed.task
+        self._void(run, task)
+        what = (
+            f"starting the snapshot of {task.table}"
+            if isinstance(task, StartTask)
+            else f"chunk {task.number} of {task.table}"
+        )
+        self._source_failed(what, failed.error)
+        self.retried_tasks += 1
+
+    def _void(self, run: _TableRun, task: StartTask | ChunkTask) -> None:
+        """Forget a task that did not complete, so ``_schedule`` submits it again (a chunk:
+        its window voided, its watermarks, if any were written, then ignored)."""
         if isinstance(task, StartTask):
             run.starting = False  # _schedule submits the StartTask again
         else:
@@ -791,13 +964,6 @@ class Engine:
                 self._windows.pop(window_id, None)
                 run.cursor = task.after
                 run.next_number = task.number
-        what = (
-            f"starting the snapshot of {task.table}"
-            if isinstance(task, StartTask)
-            else f"chunk {task.number} of {task.table}"
-        )
-        self._source_failed(what, failed.error)
-        self.retried_tasks += 1
 
     def _source_failed(self, what: str, error: str) -> None:
         """Note a transient failure of the snapshot side's database calls; raise
@@ -1003,12 +1169,6 @@ class Engine:
 
 def _default_schema(selector: TableSelector, schema: str) -> TableSelector:
     return selector.with_default_schema(schema) if isinstance(selector, TableId) else selector
-
-
-def _selects(selector: TableSelector, table: TableId) -> bool:
-    if isinstance(selector, TablePattern):
-        return selector.matches(table)
-    return selector == table
 
 
 def _shape_change(old: Sequence[tuple[str, int]], new: Sequence[tuple[str, int]]) -> str:

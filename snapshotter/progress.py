@@ -19,13 +19,19 @@ OnProgress = Callable[[EngineState], None]
 
 
 @contextmanager
-def live_progress(*, verbose: bool = False) -> Iterator[OnProgress | None]:
+def live_progress(
+    *, verbose: bool = False, log_filter: logging.Filter | None = None
+) -> Iterator[OnProgress | None]:
+    """Progress and log lines for ``run``; ``log_filter`` (the CLI's secret masking) is put
+    on the log handlers."""
     level = logging.DEBUG if verbose else logging.INFO
     root = logging.getLogger("snapshotter")
     root.setLevel(level)
     if not sys.stderr.isatty():
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        if log_filter is not None:
+            handler.addFilter(log_filter)
         root.addHandler(handler)
         try:
             yield None
@@ -42,6 +48,8 @@ def live_progress(*, verbose: bool = False) -> Iterator[OnProgress | None]:
         transient=False,
     )
     rich_handler = RichHandler(console=console, show_path=False)
+    if log_filter is not None:
+        rich_handler.addFilter(log_filter)
     root.addHandler(rich_handler)
     tasks: dict[tuple[str, str], TaskID] = {}
 

@@ -113,11 +113,16 @@ def open_dialect(config: Config) -> Dialect:
     if source.kind == "mysql":
         from snapshotter.dialects.mysql import MySqlDialect
 
-        return MySqlDialect(source.url, signal_table=source.signal_table_id)
+        return MySqlDialect(
+            source.url,
+            signal_table=source.signal_table_id,
+            chunk_timeout_s=source.chunk_timeout_s,
+        )
     return PostgresDialect(
         sqlalchemy_url(source),
         signal_table=source.signal_table_id,
         publication=source.publication,
+        chunk_timeout_s=source.chunk_timeout_s,
     )
 
 
@@ -164,7 +169,12 @@ def _binlog_reader_opener(
                 start["file"],
                 start["pos"],
             )
-        decoder = BinlogDecoder(source.topic_prefix, captured=captured, key_columns=key_columns)
+        decoder = BinlogDecoder(
+            source.topic_prefix,
+            captured=captured,
+            key_columns=key_columns,
+            column_types=dialect.catalog_types,
+        )
         return BinlogLogReader(
             dialect.connect_args(),
             server_id=binlog_server_id(config),

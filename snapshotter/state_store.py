@@ -16,11 +16,17 @@ from pathlib import Path
 from types import TracebackType
 
 from snapshotter.core.state import EngineState, StateError
+from snapshotter.errors import disk_error
 from snapshotter.faults import failpoint
 
 
 class StateLockedError(StateError):
     """Another snapshotter process holds the state."""
+
+
+class StateWriteError(StateError):
+    """The state could not be saved (a full disk, no permission); the message names the path
+    and what to do."""
 
 
 class StateStore:
@@ -42,6 +48,16 @@ class StateStore:
             raise StateError(f"{self.path}: {exc}") from None
 
     def save(self, state: EngineState) -> None:
+        """Replace the state file atomically; a write that fails (a full disk) leaves the
+        previous state as it was and raises ``StateWriteError`` naming the path."""
+        try:
+            self._save(state)
+        except OSError as exc:
+            raise StateWriteError(
+                disk_error(exc, self.path, "the state file", "[state] dir")
+            ) from exc
+
+    def _save(self, state: EngineState) -> None:
         directory = self.path.parent
         directory.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=directory)

@@ -435,7 +435,9 @@ def stream_health(config: Config, state: EngineState, config_path: str = CONF) -
                     config_path,
                 )
     except sa.exc.SQLAlchemyError as exc:
-        url = engine.url.render_as_string(hide_password=True)
+        from snapshotter.redact import mask_url
+
+        url = mask_url(source.url)  # also a ?password= in the query, which SQLAlchemy shows
         return Health([f"could not check the {what} at {url}: {error_reason(exc)}"], connected)
     finally:
         engine.dispose()

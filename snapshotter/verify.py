@@ -91,23 +91,36 @@ class Materialized:
         placeholders: frozenset[str] = PLACEHOLDER_TEXT,
     ) -> None:
         """Upsert a row. A column holding Debezium's unavailable-value placeholder (one of
-        ``placeholders``) keeps the value the key had before (the placeholder stays only if
-        there was none)."""
+        ``placeholders``) keeps the value the key had before; the placeholder stays only if
+        there was none (a new key, e.g. created by a key change, or one deleted since), and
+        the row then differs from the table's, as it should: the output lacks that value."""
         old = self.rows.get(ck)
-        if old is not None and not placeholders.isdisjoint(
-            v for v in after.values() if isinstance(v, str)
-        ):
-            after = {c: old.get(c, v) if v in placeholders else v for c, v in after.items()}
+        if old is not None and any(_placeholder(v, placeholders) for v in after.values()):
+            after = {
+                c: old.get(c, v) if _placeholder(v, placeholders) else v for c, v in after.items()
+            }
         self.rows[ck] = after
         self.keys[ck] = key
 
 
-def materialize(path: str | Path, topic: str) -> Materialized:
+def _placeholder(value: Any, placeholders: frozenset[str]) -> bool:
+    # Only a string can be the placeholder; other JSON values (objects, lists) are unhashable.
+    return isinstance(value, str) and value in placeholders
+
+
+def materialize(
+    path: str | Path, topic: str, key_columns: Sequence[str] | None = None
+) -> Materialized:
     """Replay the events of ``topic`` in ``path`` (a :class:`JsonlSink` file) in file order.
 
     A column holding Debezium's unavailable-value placeholder (PostgreSQL's unchanged TOAST
     value under a replica identity that does not log it) keeps the value the key had before,
     as a consumer of Debezium's events must; the placeholder stays only if there was none.
+
+    ``key_columns``: replay by these columns of each event's row instead of its ``key`` (a
+    table without a primary key: its changes before a surrogate-key snapshot are keyed by the
+    whole row, those after by the surrogate key; a consumer that knows the surrogate key
+    replays all of them by it).
     """
     out = Materialized(topic)
     # Lines of other topics are skipped without parsing; the sink writes the topic first.
@@ -115,7 +128,14 @@ def materialize(path: str | Path, topic: str) -> Materialized:
     sink_line = b'{"topic":"'
     last_pos: dict[str, str] = {}
     # Binary mode: lines end only at b"\n" (text mode would also split at a raw CR).
-    with open(path, "rb") as f:
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed by the with below
+    except OSError as exc:
+        raise VerifyError(
+            f"cannot read the sink file {path}: {exc.strerror or exc} (is [sink] path the one "
+            "the engine writes?)"
+        ) from None
+    with f:
         for number, line in enumerate(f, 1):
             if not line.endswith(b"\n"):
                 raise VerifyError(f"{path}:{number}: the last line is incomplete")
@@ -127,8 +147,21 @@ def materialize(path: str | Path, topic: str) -> Materialized:
                 raise VerifyError(f"{path}:{number}: not JSON: {exc}") from None
             if not isinstance(record, dict) or record.get("topic") != topic:
                 continue
+            if key_columns:
+                record = _rekeyed(record, key_columns)
             _apply(out, last_pos, record, f"{path}:{number}", number)
     return out
+
+
+def _rekeyed(record: dict[str, Any], key_columns: Sequence[str]) -> dict[str, Any]:
+    """The record keyed by ``key_columns`` of its row (as it is, if its row lacks them)."""
+    value = record.get("value")
+    if not isinstance(value, dict):
+        return record
+    row = value.get("before") if value.get("op") == "d" else value.get("after")
+    if not isinstance(row, dict) or any(c not in row for c in key_columns):
+        return record
+    return {**record, "key": {c: row[c] for c in key_columns}}
 
 
 def _apply(
@@ -173,7 +206,7 @@ def as_json_row(row: Mapping[str, Any]) -> dict[str, Any]:
     return decoded
 
 
-_TEXT_OID = 25  # what CAST(c AS text) returns
+_TEXT_OID = 25  # what pg_types.OUTPUT_TEXT returns
 
 
 def read_table_rows(
@@ -187,8 +220,8 @@ def read_table_rows(
 
     ``columns`` are (name, type OID) pairs. Open the connection with
     ``context=pg_types.LoadContext()``; a connection whose loaders differ from the engine's
-    for these columns is refused. Columns without a native loader are read as
-    ``CAST(c AS text)``, the type's output function, as the chunk reader does, and JSON
+    for these columns is refused. Columns without a native loader are read as the text of
+    their type's output function (``pg_types.OUTPUT_TEXT``), as the chunk reader does, and JSON
     becomes :class:`RawJson` through ``pg_types.finish_value``. Rows are streamed through a
     cursor, in no particular order. Errors in the arguments are raised at the call.
     """
@@ -209,7 +242,7 @@ def read_table_rows(
     selected = sql.SQL(", ").join(
         sql.Identifier(name)
         if pg_types.loaded_natively(oid)
-        else sql.SQL("CAST({} AS text) AS {}").format(sql.Identifier(name), sql.Identifier(name))
+        else sql.SQL(pg_types.OUTPUT_TEXT + " AS {0}").format(sql.Identifier(name))
         for name, oid in columns
     )
     query = sql.SQL("SELECT {} FROM {}").format(selected, sql.Identifier(table.schema, table.table))

@@ -4,6 +4,11 @@ Every value is written as ``{"type": ..., "value": ...}``: a key read back has t
 Python type it was written with (a Decimal keeps its scale, bytes stay bytes, an aware
 timestamp keeps its offset). No pickle: state is meant to be read by people and by other
 tools.
+
+A NaN float is a key value like any other (PostgreSQL's float types order NaN above every
+number, and a primary key may hold it). NaN never equals NaN, so every NaN a key holds is
+the one object :data:`NAN`: tuples holding it then compare and hash equal (Python compares
+tuple items by identity first), which is what sets of keys and key equality need.
 """
 
 from __future__ import annotations
@@ -11,13 +16,17 @@ from __future__ import annotations
 import base64
 import math
 from collections.abc import Callable, Sequence
-from datetime import date, datetime, time
+from datetime import date, datetime, time, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any, cast
 from uuid import UUID
 
-KeyValue = int | Decimal | str | bytes | UUID | date | datetime | time | bool | float
+KeyValue = int | Decimal | str | bytes | UUID | date | datetime | time | timedelta | bool | float
 Key = tuple[KeyValue, ...]
+
+# The one NaN keys hold (see the module docstring).
+NAN = float("nan")
+_MICROSECOND = timedelta(microseconds=1)
 
 
 class KeyCodecError(ValueError):
@@ -32,10 +41,8 @@ def encode_value(value: object) -> dict[str, Any]:
         case int():
             return {"type": "int", "value": value}
         case float():
-            if math.isnan(value):  # NaN != NaN: it cannot identify a row, nor be read back
-                raise KeyCodecError("NaN cannot be a key value")
             # repr round-trips exactly; JSON has no inf/nan, so keep them as text too.
-            return {"type": "float", "value": repr(value)}
+            return {"type": "float", "value": "nan" if math.isnan(value) else repr(value)}
         case Decimal():
             return {"type": "decimal", "value": str(value)}
         case str():
@@ -52,16 +59,33 @@ def encode_value(value: object) -> dict[str, Any]:
         case time():
             kind = "time" if value.tzinfo is None else "timetz"
             return {"type": kind, "value": value.isoformat()}
+        case timedelta():  # MySQL's TIME: a signed duration, kept to the microsecond
+            return {"type": "duration", "value": value // _MICROSECOND}
         case None:
             raise KeyCodecError("a primary-key value is NULL; key columns must be NOT NULL")
     raise KeyCodecError(f"cannot store a key value of type {type(value).__name__}")
 
 
+def canonical_value(value: object) -> object:
+    """``value``, with a NaN float as :data:`NAN`."""
+    if type(value) is float and value != value:
+        return NAN
+    return value
+
+
 def _decode_float(text: str) -> float:
+    if text.lower() == "nan":
+        return NAN
     out = float(text)
-    if math.isnan(out):
-        raise KeyCodecError("NaN cannot be a key value")
+    if math.isnan(out):  # "-nan" and the like: only "nan" is written
+        raise KeyCodecError(f"{text!r} is not a float as keys are written")
     return out
+
+
+def _decode_duration(value: object) -> KeyValue:
+    if not isinstance(value, int) or isinstance(value, bool):
+        return _wrong("duration", value)
+    return timedelta(microseconds=value)
 
 
 def _decode_decimal(text: str) -> Decimal:
@@ -113,6 +137,7 @@ _DECODERS: dict[str, Callable[[object], KeyValue]] = {
     "date": _from_text("date", date.fromisoformat),
     "time": _from_text("time", _offset_checked("time", time.fromisoformat, aware=False)),
     "timetz": _from_text("timetz", _offset_checked("timetz", time.fromisoformat, aware=True)),
+    "duration": _decode_duration,
 }
 
 
@@ -155,12 +180,14 @@ def decode_key(obj: object) -> Key:
 
 
 def normalize_key(key: Sequence[object]) -> Key:
-    """A key as a tuple of storable values (bytes-likes become bytes); checks every value."""
+    """A key as a tuple of storable values (bytes-likes become bytes, a NaN :data:`NAN`);
+    checks every value."""
     _require_sequence(key)
     out: list[KeyValue] = []
     for value in key:
         if isinstance(value, bytearray | memoryview):
             value = bytes(value)
+        value = canonical_value(value)
         encode_value(value)  # raises for NULL and unsupported types
         out.append(cast(KeyValue, value))
     if not out:

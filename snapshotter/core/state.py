@@ -16,6 +16,11 @@ position as its token. The rules that keep a snapshot moving live here:
   ``ad-hoc-1``) runs again. Entries older than where the log can replay from are pruned.
 * Pause is engine-wide, as in Debezium: every unfinished snapshot pauses, and a snapshot
   requested while paused waits until ``resume-snapshot``.
+* History is bounded (``prune_history``): of the finished snapshots (done, stopped, failed)
+  the newest ``KEEP_FINISHED_PER_TABLE`` per table are kept, and at most ``MAX_FINISHED`` in
+  all; an unfinished snapshot is never dropped, nor a table's newest surrogate-key snapshot
+  that did not fail (it decides how that table's events are keyed). Signal problems keep the
+  newest ``MAX_SIGNAL_PROBLEMS``, each message cut to ``MAX_PROBLEM_CHARS``.
 """
 
 from __future__ import annotations
@@ -184,6 +189,9 @@ class SignalProblem(_Model):
 
 
 MAX_SIGNAL_PROBLEMS = 50
+MAX_PROBLEM_CHARS = 2_000
+KEEP_FINISHED_PER_TABLE = 3
+MAX_FINISHED = 1_000
 
 
 class EngineState(_Model):
@@ -198,7 +206,44 @@ class EngineState(_Model):
     sink: dict[str, Any] = Field(default_factory=dict)
 
     def add_problem(self, problem: SignalProblem) -> None:
+        if len(problem.message) > MAX_PROBLEM_CHARS:
+            cut = len(problem.message) - MAX_PROBLEM_CHARS
+            problem = problem.model_copy(
+                update={"message": f"{problem.message[:MAX_PROBLEM_CHARS]}... ({cut} more)"}
+            )
         self.signal_problems = [*self.signal_problems, problem][-MAX_SIGNAL_PROBLEMS:]
+
+    def prune_history(self) -> list[TableProgress]:
+        """Drop old finished snapshot records (see the module docstring); returns them."""
+        per_table: dict[TableId, int] = {}
+        surrogate_kept: set[TableId] = set()
+        finished = 0
+        keep: list[TableProgress] = []
+        dropped: list[TableProgress] = []
+        for progress in reversed(self.snapshots):  # newest first
+            table = progress.table
+            if not progress.status.finished:
+                keep.append(progress)
+                continue
+            keys_events = (
+                progress.surrogate_key is not None
+                and bool(progress.key_columns)
+                and progress.status is not SnapshotStatus.FAILED
+                and table not in surrogate_kept
+            )
+            if keys_events:
+                surrogate_kept.add(table)
+            seen = per_table.get(table, 0)
+            if keys_events or (seen < KEEP_FINISHED_PER_TABLE and finished < MAX_FINISHED):
+                per_table[table] = seen + 1
+                finished += 1
+                keep.append(progress)
+            else:
+                dropped.append(progress)
+        if dropped:
+            keep.reverse()
+            self.snapshots = keep
+        return dropped
 
     def progress(self, table: TableId) -> TableProgress | None:
         """The newest snapshot record of ``table``."""

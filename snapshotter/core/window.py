@@ -18,10 +18,34 @@ The life of a window, as the engine drives it:
 
 Keys dropped while the window is open are kept in a set (one hash insert per event) and
 removed from the Arrow buffer in one anti-join at close, so the per-row work is vectorised.
+
+Watermark rows anyone can forge. The signal table is open to whoever sends signals, and the
+log carries every row inserted into it, so the engine may meet a ``<window>-open`` or
+``<window>-close`` row it did not write: out of order, twice, or before its own. Acting on a
+close that is not the engine's own is not safe, even when the chunk rows are already buffered:
+DBLog's guarantee rests on the close watermark being written *after* the chunk SELECT ended,
+so that every log event after it is newer than the rows read. A forged close may have
+committed at any point after the open watermark (its author needed the window id, public
+from then on), possibly before the SELECT started, and the log reader may lag behind, so
+"the rows were buffered when the engine saw the close" says nothing about where the close
+lies in the log. Emitting the READ rows there could place a row read at time S before log
+events older than S: the final state would still converge (the later events carry it), but
+the output would move backwards in time for those keys, which DBLog promises never happens.
+Watching when the worker *started* writing its own close does not help either, for the same
+reason (the log position of the forged row is unrelated to the worker's timing).
+
+So each watermark row carries a token: a random secret the window draws for that row and
+the worker writes with it (``ChunkWindow.watermark``). Nobody else can know it before the
+row commits, and once it has committed its id is taken (the id is the table's primary key):
+a row with the right token is the engine's own, at its own log position. ``judge`` tells the
+engine what to do with any other: ignore it (a copy, or a row out of order), or, when a
+foreign row took the id of a watermark the engine has still to write (its own insert will
+then fail on the duplicate key), give the window up and read the chunk again under a new id.
 """
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -29,6 +53,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from signals.model import Watermark, WatermarkKind
 from signals.names import TableId
 from snapshotter.core.events import ChangeEvent, Op, SnapshotMarker, Source
 from snapshotter.core.keys import Key
@@ -56,6 +81,16 @@ class WindowPhase(StrEnum):
     REGISTERED = "registered"
     OPEN = "open"
     CLOSED = "closed"
+
+
+class Verdict(StrEnum):
+    """What the engine does with a watermark row of one of its windows."""
+
+    OWN = "own"  # the window's own row, in order: act on it
+    STRAY = "stray"  # not to act on, and the window's own row is still to come: ignore it
+    # Not to act on, and the window cannot complete: a foreign row took the id of the
+    # watermark the engine has still to write, or the window's own rows came out of order.
+    BLOCKING = "blocking"
 
 
 class WindowOrderError(RuntimeError):
@@ -134,6 +169,32 @@ class ChunkWindow:
         self._truncated = False
         self.visibility: ReadVisibility | None = None
         self._row_dicts: list[dict[str, Any]] = []
+        # One secret per watermark row (see the module docstring).
+        self._tokens = {kind: secrets.token_hex(16) for kind in WatermarkKind}
+
+    def watermark(self, kind: WatermarkKind) -> Watermark:
+        """The window's own open or close row, as the worker writes it."""
+        return Watermark(self.window_id, kind, self._tokens[kind])
+
+    def judge(self, watermark: Watermark) -> tuple[Verdict, str]:
+        """Whether a watermark row of this window is its own, in order; if not, why not."""
+        own = watermark.token is not None and secrets.compare_digest(
+            watermark.token.encode("utf-8", "surrogatepass"),
+            self._tokens[watermark.kind].encode("ascii"),
+        )
+        if watermark.kind is WatermarkKind.OPEN:
+            if self.phase is not WindowPhase.REGISTERED:
+                return Verdict.STRAY, "a second open row for a window already open"
+            if not own:
+                return Verdict.BLOCKING, "an open row the engine did not write, before its own"
+            return Verdict.OWN, ""
+        if not own:
+            return Verdict.BLOCKING, "a close row the engine did not write, before its own"
+        if self.phase is not WindowPhase.OPEN:
+            return Verdict.BLOCKING, "the window's own close row came before its open row"
+        if self._rows is None:
+            return Verdict.BLOCKING, "the window's own close row came before its chunk rows"
+        return Verdict.OWN, ""
 
     @property
     def filled(self) -> bool:

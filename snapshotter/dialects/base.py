@@ -29,6 +29,11 @@ class ChunkReadError(Exception):
     shutting down): worth retrying, unlike a TableError."""
 
 
+class ReadCancelled(Exception):
+    """A max-key or chunk query cancelled on purpose (stop-snapshot, shutdown:
+    ``Dialect.cancel_reads``): neither a failure of the table nor worth a retry."""
+
+
 def error_chain(exc: BaseException) -> Iterable[BaseException]:
     """``exc``, then what it wraps, each once: SQLAlchemy's ``orig`` (the driver's error)
     and the ``raise ... from`` causes (what ``Dialect.is_transient`` looks through)."""
@@ -118,6 +123,12 @@ class Dialect(Protocol):
         """Every base or partitioned (root) table the user can read, for pattern matching."""
         ...
 
+    def relation_kinds(self, tables: Sequence[TableId]) -> Mapping[TableId, str]:
+        """For names ``list_tables`` lacks: why each is not a table to snapshot ("is a
+        view: only tables can be snapshotted", ...), in one query; names the catalog does
+        not know are left out (``snapshotter.dialects.relations``)."""
+        ...
+
     def max_key(
         self, schema: TableSchema, key_columns: Sequence[str], condition: str | None
     ) -> Key | None:
@@ -134,7 +145,12 @@ class Dialect(Protocol):
         limit: int,
     ) -> ChunkRead:
         """Rows with ``after < key <= upto`` under the filter, in key order, at most ``limit``,
-        in one READ ONLY transaction that has ended when this returns."""
+        in one READ ONLY transaction that has ended when this returns.
+
+        This and ``max_key`` run the signal's filter (SQL from the signal table): each runs
+        under the ``chunk_timeout_s`` limit (a TableError past it), and after a filtered
+        query the connection's session is reset (settings, locks, variables), so a filter
+        cannot change what later queries of other tables return."""
         ...
 
     def row_converter(
@@ -151,6 +167,16 @@ class Dialect(Protocol):
 
     def write_watermark(self, watermark: Watermark) -> None:
         """Insert the watermark row into the signal table and commit."""
+        ...
+
+    def delete_watermarks(self, window_ids: Sequence[str]) -> int:
+        """Delete these windows' open and close rows from the signal table (watermark rows
+        only, never a user signal) and commit; returns how many rows went."""
+        ...
+
+    def watermark_rows(self, after: str | None, limit: int) -> list[tuple[str, str]]:
+        """``(id, type)`` of up to ``limit`` watermark rows of the signal table with an id
+        above ``after``, in id order."""
         ...
 
     def log_end(self) -> int:
@@ -173,6 +199,16 @@ class Dialect(Protocol):
         the server is restarting, shutting down or unreachable: the engine retries the call
         later instead of failing the snapshot. False for what the query or the table did
         (bad filter, permissions, missing table, data), and for authentication failures."""
+        ...
+
+    def cancel_reads(self) -> None:
+        """Cancel the max-key or chunk query running now (called from another thread than
+        the one reading), and refuse those started later, until ``allow_reads``; each
+        raises ReadCancelled."""
+        ...
+
+    def allow_reads(self) -> None:
+        """Let max-key and chunk queries run again after ``cancel_reads``."""
         ...
 
     def close(self) -> None: ...

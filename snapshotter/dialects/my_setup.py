@@ -34,6 +34,7 @@ __all__ = [
     "binlog_retention",
     "check",
     "check_prerequisites",
+    "filter_reach",
     "gather",
 ]
 
@@ -120,11 +121,12 @@ class ServerFacts:
 
 def check_prerequisites(engine: sa.Engine, *, client_server_id: int | None) -> list[Problem]:
     """Everything that stops (errors) or endangers (warnings) binlog capture from this
-    server, each with its fix. An empty list means ready. ``client_server_id`` is the
-    configured ``source.server_id`` (None: a random one per run)."""
+    server, each with its fix, and what a snapshot filter could reach (``filter_reach``).
+    An empty list means ready. ``client_server_id`` is the configured ``source.server_id``
+    (None: a random one per run)."""
     with engine.connect() as conn:
         facts = gather(conn)
-    return check(facts, client_server_id=client_server_id)
+    return [*check(facts, client_server_id=client_server_id), *filter_reach(facts)]
 
 
 def gather(conn: sa.Connection) -> ServerFacts:
@@ -684,6 +686,40 @@ def _check_privileges(facts: ServerFacts) -> list[Problem]:
     if facts.database is not None:
         problems.extend(_check_select(facts, grants, account))
     return problems
+
+
+# Global privileges past what the engine needs that a snapshot filter would run with.
+_FILTER_REACH = {
+    "ALL PRIVILEGES": "read every database and the server's files (LOAD_FILE)",
+    "FILE": "read the server's files (LOAD_FILE)",
+    "SUPER": "use an administrator's privilege (SUPER) in any function it calls",
+}
+
+
+def filter_reach(facts: ServerFacts) -> list[Problem]:
+    """A warning when the user holds FILE, SUPER or ALL on ``*.*``: a snapshot filter is
+    SQL from the signal table, run as this user (in a READ ONLY transaction)."""
+    held: list[str] = []
+    for grant in map(_parse_grant, facts.grants):
+        if grant is None or grant.revoke or grant.database is not None:
+            continue
+        if grant.privileges & _ALL:
+            held.append("ALL PRIVILEGES")
+        held.extend(p for p in ("FILE", "SUPER") if p in grant.privileges)
+    held = list(dict.fromkeys(held))
+    if not held:
+        return []
+    can = "; ".join(_FILTER_REACH[p] for p in held)
+    return [
+        Problem(
+            f"user {facts.user} holds {', '.join(held)} on *.*, and snapshot filters (SQL from "
+            f"the signal table) run as it: whoever can insert into the signal table can {can}",
+            "run snapshotter as a user of its own with only REPLICATION SLAVE, "
+            f"{facts.binlog_monitor_privilege} on *.* and SELECT, INSERT, DELETE on the "
+            "database (README: Trust boundary)",
+            "warning",
+        )
+    ]
 
 
 def _is_role_grant(line: str) -> bool:

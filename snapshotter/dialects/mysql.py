@@ -25,6 +25,7 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pymysql
@@ -32,8 +33,8 @@ import sqlalchemy as sa
 
 from signals import Watermark
 from signals.names import TableId
-from signals.table import insert_signal
-from snapshotter.core.keys import Key
+from signals.table import delete_watermarks, insert_signal, watermark_rows
+from snapshotter.core.keys import Key, KeyCodecError, normalize_key
 from snapshotter.dialects import my_types
 from snapshotter.dialects.base import (
     ChunkRead,
@@ -44,10 +45,20 @@ from snapshotter.dialects.base import (
     TableSchema,
     error_chain,
 )
+from snapshotter.dialects.query_guard import (
+    CANCEL_TIMEOUT_S,
+    DEFAULT_TIMEOUT_S,
+    GuardedQuery,
+    Outcome,
+    QueryGuard,
+    cancelled_error,
+    session_changed_error,
+    timeout_error,
+)
+from snapshotter.dialects.relations import mysql_relation_kinds
 from snapshotter.dialects.sql_common import (
     CHUNK_QUERY,
     StatementCache,
-    bound_params,
     check_bounds,
     columns_converter,
     key_clauses,
@@ -65,6 +76,24 @@ _SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 # ER_CONNECTION_KILLED, MySQL's ER_CLIENT_INTERACTION_TIMEOUT. Not retried: access denied
 # (1045), an unknown database (1049), anything the query did.
 _CONNECTION_ERRORS = frozenset({2002, 2003, 2006, 2013, 2055, 1040, 1053, 1927, 4031})
+# Session variables that change the values a chunk reads (TIMESTAMP's zone, the strings'
+# character set) or how key values are compared: a filter can change them only through a
+# stored function it calls, and a filtered read checks them before its rows are used.
+_OUTPUT_VARIABLES = (
+    "time_zone",
+    "character_set_results",
+    "character_set_client",
+    "character_set_connection",
+    "collation_connection",
+)
+_VARIABLES_QUERY = "SELECT " + ", ".join(f"@@session.{v}" for v in _OUTPUT_VARIABLES)
+# A statement that ran past its limit: MariaDB's max_statement_time (ER_STATEMENT_TIMEOUT),
+# MySQL's MAX_EXECUTION_TIME (ER_QUERY_TIMEOUT).
+_TIMEOUT_ERRORS = frozenset({1969, 3024})
+# COM_RESET_CONNECTION (MySQL 5.7+, MariaDB 10.2.4+; pymysql has no helper for it): the
+# session as new (variables, user variables, GET_LOCK locks, temporary tables) without a new
+# connection: about 0.1 ms where a reconnect takes 20 ms.
+_COM_RESET_CONNECTION = 0x1F
 
 
 def _transient(error: BaseException) -> bool:
@@ -129,8 +158,11 @@ class MySqlDialect:
     dollar_quotes = False
     commits_visible_in_log_order = True
 
-    def __init__(self, url: str | sa.URL, signal_table: TableId) -> None:
+    def __init__(
+        self, url: str | sa.URL, signal_table: TableId, chunk_timeout_s: float = DEFAULT_TIMEOUT_S
+    ) -> None:
         self.url = mysql_url(url)
+        self.chunk_timeout_s = chunk_timeout_s
         database = self.url.database
         if not database:
             raise TableError(f"the source URL {self.url!r} names no database")
@@ -139,6 +171,8 @@ class MySqlDialect:
         self._engine: sa.Engine | None = None
         self._conn: pymysql.connections.Connection[Any] | None = None
         self._conn_lock = threading.Lock()  # the chunk connection serves one query at a time
+        self._guard = QueryGuard()  # time limit and cancellation of its queries
+        self._variables: tuple[Any, ...] | None = None  # its _OUTPUT_VARIABLES when clean
         self._statements = StatementCache(lambda: self.engine.dialect)
         self._types: dict[TableId, dict[str, ColumnType]] = {}
 
@@ -173,9 +207,8 @@ class MySqlDialect:
     def _connection(self) -> pymysql.connections.Connection[Any]:
         if self._conn is None or not self._conn.open:
             conn = pymysql.connect(**self.connect_args(), autocommit=True)
-            with conn.cursor() as cur:
-                # TIMESTAMP values as stored (UTC), as the binlog carries them.
-                cur.execute("SET time_zone = '+00:00'")
+            _set_session(conn)
+            self._variables = _session_variables(conn)
             self._conn = conn
         return self._conn
 
@@ -185,12 +218,24 @@ class MySqlDialect:
         database."""
         return any(_transient(error) for error in error_chain(exc))
 
+    def cancel_reads(self) -> None:
+        self._guard.cancel()
+
+    def allow_reads(self) -> None:
+        self._guard.allow()
+
     def close(self) -> None:
-        with self._conn_lock:
-            if self._conn is not None:
-                with contextlib.suppress(pymysql.err.Error):
-                    self._conn.close()
-                self._conn = None
+        self._guard.close()
+        # Not forever: a query whose KILL failed may still hold the lock (the reading
+        # thread is a daemon; the server ends the query when the connection drops).
+        if self._conn_lock.acquire(timeout=CANCEL_TIMEOUT_S):
+            try:
+                if self._conn is not None:
+                    with contextlib.suppress(pymysql.err.Error):
+                        self._conn.close()
+                    self._conn = None
+            finally:
+                self._conn_lock.release()
         if self._engine is not None:
             self._engine.dispose()
             self._engine = None
@@ -254,6 +299,12 @@ class MySqlDialect:
         self._types[table] = types
         return TableSchema(table, tuple(columns), primary_key)
 
+    def catalog_types(self, table: TableId) -> dict[str, str]:
+        """Each column's DATA_TYPE (``uuid``, ``inet6``, ``binary``, ...), for the binlog
+        decoder, which cannot tell MariaDB's UUID and INET types from BINARY(n) alone."""
+        schema = self.describe(table)
+        return {name: t.data_type for name, t in self.column_types(schema).items()}
+
     def column_types(self, schema: TableSchema) -> dict[str, ColumnType]:
         types = self._types.get(schema.table)
         if types is None or set(types) != set(schema.column_names):
@@ -261,7 +312,26 @@ class MySqlDialect:
             types = self._types[schema.table]
         return types
 
+    def key_bindings(
+        self, schema: TableSchema, key_columns: Sequence[str]
+    ) -> tuple[my_types.KeyBinding, ...]:
+        """How bounds on each key column are compared (``my_types.key_binding``); a
+        TableError for a column that cannot be paged in the index's order."""
+        types = self.column_types(schema)
+        try:
+            return tuple(
+                my_types.key_binding(k, types[k].data_type, types[k].column_type)
+                for k in key_columns
+            )
+        except my_types.KeyTypeError as exc:
+            raise TableError(f"table {schema.table}: {exc}") from None
+
     def snapshot_key(self, schema: TableSchema, surrogate_key: str | None) -> tuple[str, ...]:
+        key = self._snapshot_key(schema, surrogate_key)
+        self.key_bindings(schema, key)  # refuse a key that cannot be paged, now
+        return key
+
+    def _snapshot_key(self, schema: TableSchema, surrogate_key: str | None) -> tuple[str, ...]:
         if surrogate_key is None:
             if not schema.primary_key:
                 raise TableError(
@@ -305,6 +375,10 @@ class MySqlDialect:
             ).all()
         return [TableId(str(s), str(t)) for s, t in rows]
 
+    def relation_kinds(self, tables: Sequence[TableId]) -> Mapping[TableId, str]:
+        with self.engine.connect() as conn:
+            return mysql_relation_kinds(conn, tables, _SYSTEM_SCHEMAS)
+
     # --- reads ---------------------------------------------------------------------------
 
     def max_key(
@@ -314,8 +388,11 @@ class MySqlDialect:
         sql = self._statements.get(
             ("max", schema, keys, condition), lambda: _max_key_query(schema, keys, condition)
         )
-        rows = self._read(schema.table, "max-key query", sql, {})
-        return tuple(rows[0]) if rows else None
+        rows = self._read(schema.table, "max-key query", sql, {}, condition is not None)
+        if not rows:
+            return None
+        (key,) = self._model_rows(schema, keys, rows, keys)
+        return self._checked_key(schema, key, "maximum key")
 
     def read_chunk(
         self,
@@ -327,8 +404,40 @@ class MySqlDialect:
         limit: int,
     ) -> ChunkRead:
         sql, params = self._chunk_statement(schema, key_columns, after, upto, condition, limit)
-        rows = self._read(schema.table, CHUNK_QUERY, sql, params)
-        return ChunkRead(rows_to_arrow(schema, rows), last_key(schema, key_columns, rows), None)
+        rows = self._read(schema.table, CHUNK_QUERY, sql, params, condition is not None)
+        rows = self._model_rows(schema, schema.column_names, rows, key_columns)
+        last = last_key(schema, key_columns, rows)
+        if last is not None:
+            last = self._checked_key(schema, last, "last key of a chunk")
+        return ChunkRead(rows_to_arrow(schema, rows), last, None)
+
+    def _model_rows(
+        self,
+        schema: TableSchema,
+        columns: Sequence[str],
+        rows: list[tuple[Any, ...]],
+        key_columns: Sequence[str],
+    ) -> list[tuple[Any, ...]]:
+        """Fetched rows (of ``columns``) with what pymysql returns as text for a zero date
+        made what the binlog has (``my_types.zero_dates_to_none``); a TableError for a
+        zero date in a key column."""
+        types = self.column_types(schema)
+        named = [(c, types[c].data_type) for c in columns]
+        try:
+            return my_types.zero_dates_to_none(named, rows, key_columns)
+        except my_types.KeyTypeError as exc:
+            raise TableError(f"table {schema.table}: {exc}") from None
+
+    @staticmethod
+    def _checked_key(schema: TableSchema, key: Sequence[Any], what: str) -> Key:
+        """``key`` as state keeps it; a TableError, not a failure to save state later, for a
+        value that cannot be kept."""
+        try:
+            return normalize_key(key)
+        except KeyCodecError as exc:
+            raise TableError(
+                f"table {schema.table}: its {what} {tuple(key)!r} cannot be kept: {exc}"
+            ) from None
 
     def explain_chunk(
         self,
@@ -360,11 +469,18 @@ class MySqlDialect:
         keys = tuple(key_columns)
         check_bounds(keys, after, upto)
         has_after = after is not None
+        bindings = self.key_bindings(schema, keys)
+        enums = frozenset(i for i, b in enumerate(bindings) if b.members is not None)
         sql = self._statements.get(
             ("chunk", schema, keys, has_after, condition),
-            lambda: _chunk_query(schema, keys, has_after, condition, self._float_columns(schema)),
+            lambda: _chunk_query(
+                schema, keys, has_after, condition, self._float_columns(schema), enums
+            ),
         )
-        return sql, bound_params(after, upto, limit)
+        try:
+            return sql, _bound_params(bindings, after, upto, limit)
+        except my_types.KeyTypeError as exc:
+            raise TableError(f"table {schema.table}: {exc}") from None
 
     def _float_columns(self, schema: TableSchema) -> frozenset[str]:
         types = self.column_types(schema)
@@ -399,9 +515,12 @@ class MySqlDialect:
             with conn.cursor() as cur:
                 cur.execute("SET time_zone = '+00:00'")
                 cur.execute("START TRANSACTION READ ONLY")
-                cur.execute(sql)
+                # With arguments (none), so pymysql turns the compiled %% of a column name
+                # holding % back into %; without, the query would name a column "50%%".
+                cur.execute(sql, ())
                 while batch := cur.fetchmany(5000):
-                    table = rows_to_arrow(schema, list(batch), arrow)
+                    fixed = self._model_rows(schema, schema.column_names, list(batch), ())
+                    table = rows_to_arrow(schema, fixed, arrow)
                     for row in table.to_pylist():
                         yield row if convert is None else convert(row)
                 cur.execute("COMMIT")
@@ -409,28 +528,96 @@ class MySqlDialect:
             conn.close()
 
     def _read(
-        self, table: TableId, what: str, sql: str, params: dict[str, Any]
+        self, table: TableId, what: str, sql: str, params: dict[str, Any], filtered: bool
     ) -> list[tuple[Any, ...]]:
-        """Run ``sql`` in one ``START TRANSACTION READ ONLY``; its rows."""
+        """Run ``sql`` in one ``START TRANSACTION READ ONLY`` under the time limit; its rows.
+        ``filtered``: ``sql`` holds a signal's filter, so the session is reset after it
+        (whatever the filter did to it stays out of later reads)."""
         with self._conn_lock:
+            query: GuardedQuery | None = None
             try:
                 conn = self._connection()
-                with conn.cursor() as cur:
+                statement = timed_select(sql, self.chunk_timeout_s, _is_mariadb(conn))
+                kill = partial(self._kill_query, conn.thread_id())
+                with self._guard.running(self.chunk_timeout_s, kill) as query, conn.cursor() as cur:
                     cur.execute("START TRANSACTION READ ONLY")
                     try:
-                        cur.execute(sql, params)
+                        cur.execute(statement, params)
                         rows = list(cur.fetchall())
+                        if filtered:
+                            self._check_variables(cur, table)
                         if what == CHUNK_QUERY:
                             failpoint("chunk.select")
                     finally:
                         if conn.open:
                             cur.execute("COMMIT")
             except pymysql.err.Error as exc:
-                raise self._failure(table, what, exc) from exc
+                raise self._failure(table, what, exc, query, filtered) from exc
+            finally:
+                self._after_read(query, filtered)
+            assert query is not None
+            if query.outcome is not None:  # killed, though the query got to its end
+                raise self._outcome_error(query.outcome, table, what, filtered)
         return rows
 
-    def _failure(self, table: TableId, what: str, exc: pymysql.err.Error) -> Exception:
+    def _check_variables(self, cur: pymysql.cursors.Cursor, table: TableId) -> None:
+        cur.execute(_VARIABLES_QUERY)
+        now = cur.fetchone()
+        if self._variables is None or now is None:
+            return
+        error = session_changed_error(
+            table,
+            "variable",
+            _OUTPUT_VARIABLES,
+            self._variables,
+            now,
+            "Send execute-snapshot again with a filter that calls no function changing it",
+        )
+        if error is not None:
+            raise error
+
+    def _kill_query(self, thread_id: int) -> None:
+        """``KILL QUERY`` the chunk connection's statement, from a connection of its own."""
+        conn = pymysql.connect(**self.connect_args(), connect_timeout=int(CANCEL_TIMEOUT_S))
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f"KILL QUERY {int(thread_id)}")
+        finally:
+            conn.close()
+
+    def _after_read(self, query: GuardedQuery | None, filtered: bool) -> None:
+        """After a killed query, a new connection (a late KILL must not hit a later query);
+        after a filtered one, a clean session: COM_RESET_CONNECTION (session and user
+        variables, GET_LOCK locks, temporary tables), then the session's own settings."""
+        conn = self._conn
+        if conn is None or not conn.open:
+            return
+        try:
+            if query is not None and query.outcome is not None:
+                conn.close()
+            elif filtered and _reset_session(conn) != self._variables:
+                # The reset left the session unlike a new one (a server that resets the
+                # character set to its own default): start a new one instead.
+                conn.close()
+        except pymysql.err.Error:
+            with contextlib.suppress(pymysql.err.Error):
+                conn.close()  # whatever the filter left is gone with the session
+        if not conn.open:
+            self._conn = None  # reconnect on the next read
+
+    def _failure(
+        self,
+        table: TableId,
+        what: str,
+        exc: pymysql.err.Error,
+        query: GuardedQuery | None,
+        filtered: bool,
+    ) -> Exception:
         code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+        if query is not None and query.outcome is not None:
+            return self._outcome_error(query.outcome, table, what, filtered)
+        if code in _TIMEOUT_ERRORS:
+            return self._outcome_error(Outcome.TIMED_OUT, table, what, filtered)
         detail = exc.args[1] if len(exc.args) > 1 else str(exc)
         message = f"{what} on table {table} failed: ({code}) {detail}"
         if _transient(exc):
@@ -441,11 +628,26 @@ class MySqlDialect:
             return ChunkReadError(message)
         return TableError(message)
 
+    def _outcome_error(
+        self, outcome: Outcome, table: TableId, what: str, filtered: bool
+    ) -> Exception:
+        if outcome is Outcome.CANCELLED:
+            return cancelled_error(what, table)
+        return timeout_error(what, table, self.chunk_timeout_s, filtered)
+
     # --- writes and the log ----------------------------------------------------------------
 
     def write_watermark(self, watermark: Watermark) -> None:
         with self.engine.begin() as conn:
             insert_signal(conn, self.signal_table, watermark)
+
+    def delete_watermarks(self, window_ids: Sequence[str]) -> int:
+        with self.engine.begin() as conn:
+            return delete_watermarks(conn, self.signal_table, window_ids)
+
+    def watermark_rows(self, after: str | None, limit: int) -> list[tuple[str, str]]:
+        with self.engine.connect() as conn:
+            return watermark_rows(conn, self.signal_table, after, limit)
 
     def ensure_captured(self, tables: Sequence[TableId]) -> list[TableId]:
         """The binlog carries every table: nothing to add (the log reader decodes the tables
@@ -477,6 +679,52 @@ class MySqlDialect:
 # --- SQL -----------------------------------------------------------------------------------
 
 
+def timed_select(sql: str, timeout_s: float, mariadb: bool) -> str:
+    """The SELECT ``sql`` with the server's time limit for that one statement: MariaDB's
+    ``SET STATEMENT max_statement_time = <s> FOR``, MySQL's ``MAX_EXECUTION_TIME(<ms>)``
+    hint (the statement's own: a filter cannot change it)."""
+    if mariadb:
+        return f"SET STATEMENT max_statement_time = {timeout_s:.3f} FOR {sql}"
+    head, sep, rest = sql.partition(" ")
+    if head.upper() != "SELECT" or not sep:
+        raise ValueError(f"not a SELECT: {sql[:40]!r}")
+    milliseconds = max(1, round(timeout_s * 1000))
+    return f"SELECT /*+ MAX_EXECUTION_TIME({milliseconds}) */ {rest}"
+
+
+def _is_mariadb(conn: pymysql.connections.Connection[Any]) -> bool:
+    """From the handshake's version ("5.5.5-10.11.6-MariaDB-..."), no query."""
+    return "mariadb" in conn.get_server_info().lower()
+
+
+def _set_session(conn: pymysql.connections.Connection[Any]) -> None:
+    """The chunk connection's own session settings (after connecting and a reset)."""
+    with conn.cursor() as cur:
+        # TIMESTAMP values as stored (UTC), as the binlog carries them.
+        cur.execute("SET time_zone = '+00:00'")
+
+
+def _session_variables(conn: pymysql.connections.Connection[Any]) -> tuple[Any, ...] | None:
+    with conn.cursor() as cur:
+        cur.execute(_VARIABLES_QUERY)
+        row = cur.fetchone()
+    return None if row is None else tuple(row)
+
+
+def _reset_session(conn: pymysql.connections.Connection[Any]) -> tuple[Any, ...] | None:
+    """The session as new, keeping the connection (COM_RESET_CONNECTION), with our own
+    settings again; its _OUTPUT_VARIABLES now. None (a new connection is needed) if
+    pymysql's internals ever change."""
+    execute_command = getattr(conn, "_execute_command", None)
+    read_ok = getattr(conn, "_read_ok_packet", None)
+    if execute_command is None or read_ok is None:
+        return None
+    execute_command(_COM_RESET_CONNECTION, b"")
+    read_ok()
+    _set_session(conn)
+    return _session_variables(conn)
+
+
 def _outputs(
     table: sa.TableClause, schema: TableSchema, floats: frozenset[str]
 ) -> list[sa.ColumnElement[Any]]:
@@ -490,23 +738,51 @@ def _outputs(
     return out
 
 
-def key_bound(columns: Sequence[sa.ColumnClause[Any]], prefix: str, lower: bool) -> Any:
+def key_bound(
+    columns: Sequence[sa.ColumnClause[Any]],
+    prefix: str,
+    lower: bool,
+    enums: frozenset[int] = frozenset(),
+) -> Any:
     """``(k1, .., kn) > (:a0, ..)`` (lower) or ``<= (:u0, ..)`` (upper), written so MySQL and
     MariaDB range-scan the key's index: a plain bound on the first column, AND the
-    lexicographic comparison expanded into ORs."""
+    lexicographic comparison expanded into ORs.
+
+    The key columns at positions ``enums`` are ENUMs: their index orders by member index,
+    which neither a text nor a number comparison range-scans, so ``e > :a0`` is written
+    ``e IN :a0_gt``, the members above the bound (``my_types.KeyBinding.enum_params``)."""
     strict, last = (">", ">") if lower else ("<", "<=")
-    params: list[sa.BindParameter[Any]] = [
-        sa.bindparam(f"{prefix}{i}") for i in range(len(columns))
-    ]
+
+    def compare(i: int, op: str) -> Any:
+        if i in enums:
+            return columns[i].op("IN")(sa.bindparam(f"{prefix}{i}{my_types.ENUM_LISTS[op]}"))
+        return columns[i].op(op)(sa.bindparam(f"{prefix}{i}"))
+
     if len(columns) == 1:
-        return columns[0].op(last)(params[0])
+        return compare(0, last)
     alternatives = []
     for i in range(len(columns)):
-        equal = [columns[j] == params[j] for j in range(i)]
+        equal = [columns[j] == sa.bindparam(f"{prefix}{j}") for j in range(i)]
         op = last if i == len(columns) - 1 else strict
-        alternatives.append(sa.and_(*equal, columns[i].op(op)(params[i])))
-    leading = columns[0].op(">=" if lower else "<=")(params[0])
+        alternatives.append(sa.and_(*equal, compare(i, op)))
+    leading = compare(0, ">=" if lower else "<=")
     return sa.and_(leading, sa.or_(*alternatives))
+
+
+def _bound_params(
+    bindings: Sequence[my_types.KeyBinding], after: Key | None, upto: Key, limit: int
+) -> dict[str, Any]:
+    """The chunk query's parameters: ``u<i>`` the upper key, ``a<i>`` the lower one, each
+    value as its column compares in the index's order (``my_types.KeyBinding``)."""
+    params: dict[str, Any] = {"limit": limit}
+    for prefix, key in (("u", upto), ("a", after)):
+        for i, (binding, value) in enumerate(zip(bindings, key or (), strict=False)):
+            name = f"{prefix}{i}"
+            if binding.members is not None:
+                params.update(binding.enum_params(name, value))
+            else:
+                params[name] = value if binding.to_param is None else binding.to_param(value)
+    return params
 
 
 def _max_key_query(
@@ -526,13 +802,14 @@ def _chunk_query(
     has_after: bool,
     condition: str | None,
     floats: frozenset[str],
+    enums: frozenset[int] = frozenset(),
 ) -> sa.Select[Any]:
     table = sa_table(schema)
     keys = key_clauses(schema, table, key_columns)
     query = sa.select(*_outputs(table, schema, floats)).select_from(table)
     if has_after:
-        query = query.where(key_bound(keys, "a", lower=True))
-    query = query.where(key_bound(keys, "u", lower=False))
+        query = query.where(key_bound(keys, "a", lower=True, enums=enums))
+    query = query.where(key_bound(keys, "u", lower=False, enums=enums))
     if condition is not None:
         query = query.where(signal_filter(condition))
     return query.order_by(*keys).limit(sa.bindparam("limit"))

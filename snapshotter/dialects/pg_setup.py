@@ -153,6 +153,7 @@ def check_prerequisites(
         problems = [
             *_check_wal_level(conn),
             *_check_role(conn),
+            *check_filter_reach(conn),
             *_check_slot(conn, slot),
             *_check_wal_senders(conn),
             *_check_wal_keep(conn),
@@ -193,6 +194,69 @@ def _check_role(conn: sa.Connection) -> list[Problem]:
             f"ALTER ROLE {quote_name(user)} REPLICATION;  -- as a superuser",
         )
     ]
+
+
+# The fix of every filter-reach warning: what the engine's role needs, and nothing more.
+_DEDICATED_ROLE = (
+    "run snapshotter as a role of its own that is not a superuser: LOGIN REPLICATION, SELECT "
+    "on the captured tables, INSERT and DELETE on the signal table (README: Trust boundary)"
+)
+
+
+def check_filter_reach(conn: sa.Connection) -> list[Problem]:
+    """Warnings for what a snapshot filter could do beyond reading: a filter is SQL from the
+    signal table, run as the engine's role in a READ ONLY transaction, and some functions
+    reach past that (a superuser's file functions, dblink, postgres_fdw)."""
+    row = conn.execute(
+        sa.text(
+            "SELECT r.rolname, r.rolsuper, "
+            "  EXISTS (SELECT 1 FROM pg_catalog.pg_proc p "
+            "    JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_proc'::regclass "
+            "      AND d.objid = p.oid AND d.deptype = 'e' "
+            "    JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid "
+            "    WHERE e.extname = 'dblink' AND p.proname IN ('dblink', 'dblink_exec') "
+            "      AND has_function_privilege(p.oid, 'EXECUTE')) AS dblink, "
+            "  EXISTS (SELECT 1 FROM pg_catalog.pg_foreign_server s "
+            "    JOIN pg_catalog.pg_foreign_data_wrapper w ON w.oid = s.srvfdw "
+            "    WHERE w.fdwname = 'postgres_fdw' "
+            "      AND has_server_privilege(s.oid, 'USAGE')) AS fdw "
+            "FROM pg_catalog.pg_roles r WHERE r.rolname = current_user"
+        )
+    ).one()
+    who = "snapshot filters (SQL from the signal table) run as it"
+    problems = []
+    if row.rolsuper:
+        problems.append(
+            Problem(
+                f"role {row.rolname} is a superuser, and {who}: whoever can insert into the "
+                "signal table can read any table and server file (pg_read_file), write "
+                "server files (lo_export) and end any connection",
+                _DEDICATED_ROLE,
+                "warning",
+            )
+        )
+    if row.dblink:
+        problems.append(
+            Problem(
+                f"dblink is installed and role {row.rolname} may call it, and {who}: a filter "
+                "can run any SQL, writes included, on any server it can log in to (this one "
+                "too), outside the READ ONLY transaction",
+                f"{_DEDICATED_ROLE}, without EXECUTE on dblink's functions (REVOKE EXECUTE ON "
+                "FUNCTION dblink(text, text), dblink_exec(text, text) FROM PUBLIC), or DROP "
+                "EXTENSION dblink",
+                "warning",
+            )
+        )
+    if row.fdw:
+        problems.append(
+            Problem(
+                f"role {row.rolname} may use a postgres_fdw foreign server, and {who}: a filter "
+                "can read the foreign tables the role can read (other servers' data)",
+                f"{_DEDICATED_ROLE}, without USAGE on the foreign servers",
+                "warning",
+            )
+        )
+    return problems
 
 
 def _existing_slot(conn: sa.Connection, slot: str) -> sa.Row[Any] | None:
@@ -288,7 +352,40 @@ def _check_table(conn: sa.Connection, table: TableId) -> list[Problem]:
         ),
         {"oid": oid},
     ).scalar_one()
-    return [_identity_problem(table, has_pk, leaf) for leaf in _identity_gaps(conn, oid, has_pk)]
+    return [
+        *(_identity_problem(table, has_pk, leaf) for leaf in _identity_gaps(conn, oid, has_pk)),
+        *_generated_columns_problem(conn, table, oid),
+    ]
+
+
+def generated_columns(conn: sa.Connection, oid: int) -> list[str]:
+    """The table's ``GENERATED ALWAYS AS (...) STORED`` columns, in table order."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT a.attname FROM pg_catalog.pg_attribute a WHERE a.attrelid = :oid "
+            "AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated <> '' ORDER BY a.attnum"
+        ),
+        {"oid": oid},
+    )
+    return [str(r.attname) for r in rows]
+
+
+def _generated_columns_problem(conn: sa.Connection, table: TableId, oid: int) -> list[Problem]:
+    columns = generated_columns(conn, oid)
+    if not columns:
+        return []
+    names = ", ".join(columns)
+    return [
+        Problem(
+            f"table {table} has generated columns ({names}): PostgreSQL's logical "
+            "replication (pgoutput) does not carry generated columns, so snapshotter leaves "
+            "them out of snapshot (READ) rows too: no event or landed row holds them (and a "
+            "primary key that includes one cannot be snapshotted)",
+            "compute them where the events are consumed, or make them plain columns "
+            "filled by a trigger if the events must carry them",
+            "warning",
+        )
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,20 +395,25 @@ class Storage:
 
     table: TableId
     replica_identity: str  # pg_class.relreplident: d(efault), n(othing), f(ull), i(ndex)
-    toastable: bool  # has a column whose values can be TOASTed
+    toast_columns: tuple[str, ...]  # columns whose values can be TOASTed, in table order
 
     @property
     def full(self) -> bool:
         return self.replica_identity == "f"
+
+    @property
+    def toastable(self) -> bool:
+        return bool(self.toast_columns)
 
 
 def storage_tables(conn: sa.Connection, oid: int) -> list[Storage]:
     """The table itself when it is a plain table, else its leaf partitions."""
     rows = conn.execute(
         sa.text(
-            "SELECT n.nspname, c.relname, c.relreplident, EXISTS ("
-            "  SELECT 1 FROM pg_catalog.pg_attribute a WHERE a.attrelid = c.oid "
-            f"   AND a.attnum > 0 AND NOT a.attisdropped AND {_TOASTABLE}) AS toastable "
+            "SELECT n.nspname, c.relname, c.relreplident, ARRAY("
+            "  SELECT CAST(a.attname AS text) FROM pg_catalog.pg_attribute a "
+            "  WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
+            f"   AND {_TOASTABLE} ORDER BY a.attnum) AS toast_columns "
             "FROM pg_catalog.pg_class c "
             "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
             "WHERE c.relkind <> 'p' AND c.oid IN ("
@@ -322,7 +424,9 @@ def storage_tables(conn: sa.Connection, oid: int) -> list[Storage]:
         ),
         {"oid": oid},
     )
-    return [Storage(TableId(r.nspname, r.relname), r.relreplident, r.toastable) for r in rows]
+    return [
+        Storage(TableId(r.nspname, r.relname), r.relreplident, tuple(r.toast_columns)) for r in rows
+    ]
 
 
 def _identity_gaps(conn: sa.Connection, oid: int, has_pk: bool) -> list[Storage]:
@@ -351,11 +455,45 @@ def _identity_problem(table: TableId, has_pk: bool, leaf: Storage) -> Problem:
             f"{where} should have REPLICA IDENTITY FULL: {reasons[0]}; without it such "
             f"updates carry the placeholder {UNAVAILABLE_VALUE!r} for that column, which "
             "`snapshotter verify` and snapshotter's landing resolve from the row's previous "
-            "value (other consumers must do the same)",
+            "value (other consumers must do the same), and execute-snapshot of "
+            f"{table} is refused (its snapshot could not converge)",
             fix,
             "warning",
         )
     return Problem(f"{where} needs REPLICA IDENTITY FULL: {'; and '.join(reasons)}", fix)
+
+
+_IDENTITY_NAMES = {"d": "DEFAULT", "n": "NOTHING", "i": "USING INDEX", "f": "FULL"}
+
+
+def check_toast_identity(conn: sa.Connection, table: TableId) -> None:
+    """TableError when ``table`` (or a leaf partition of it) has TOAST-able columns and its
+    replica identity is not FULL: an in-window UPDATE would then carry the placeholder
+    instead of the value, and replace the chunk row that held it (the chunk row is dropped
+    for the log's), so the snapshot could not converge. Checked when a snapshot starts."""
+    oid = table_oid(conn, table)
+    if oid is None:
+        user = str(conn.execute(sa.text("SELECT current_user")).scalar_one())
+        raise missing_table_error(table, user)
+    gaps = [s for s in storage_tables(conn, oid) if not s.full and s.toastable]
+    if gaps:
+        raise TableError(toast_refusal(table, gaps))
+
+
+def toast_refusal(table: TableId, gaps: Sequence[Storage]) -> str:
+    """Why a snapshot of ``table`` is refused (``gaps``: its storage lacking FULL with
+    TOAST-able columns), and the fix."""
+    columns = ", ".join(dict.fromkeys(c for s in gaps for c in s.toast_columns))
+    identity = "/".join(dict.fromkeys(_IDENTITY_NAMES.get(s.replica_identity, "?") for s in gaps))
+    partitions = [str(s.table) for s in gaps if s.table != table]
+    where = f" (partition {', '.join(partitions)})" if partitions else ""
+    fixes = " ".join(f"ALTER TABLE {quote_table(s.table)} REPLICA IDENTITY FULL;" for s in gaps)
+    return (
+        f"snapshot of {table} refused: it has TOAST-able columns ({columns}) and REPLICA "
+        f"IDENTITY {identity}{where}, not FULL; an UPDATE that leaves a TOASTed value "
+        "unchanged does not carry it in the log, so the snapshot cannot converge. Fix: "
+        f"{fixes} then send execute-snapshot again"
+    )
 
 
 def _literal(text: str) -> str:

@@ -14,12 +14,14 @@ from typing import Any
 
 import pyarrow as pa
 from psycopg import postgres
+from psycopg.abc import Buffer
 from psycopg.adapt import AdaptersMap, Loader, Transformer
 from psycopg.types import bool as pg_bool
 from psycopg.types import datetime as pg_datetime
 from psycopg.types import numeric as pg_numeric
 from psycopg.types import string as pg_string
 
+from snapshotter.core.keys import NAN
 from snapshotter.core.values import RawJson
 
 INVALID_OID = 0
@@ -36,6 +38,17 @@ class PgType:
 
 _TEXT = PgType(pg_string.TextLoader, pa.string())
 
+
+class FloatLoader(Loader):
+    """float4 / float8: every NaN as the one NaN keys use (``snapshotter.core.keys.NAN``),
+    so a key holding NaN equals itself: an update of a NaN-keyed row is an update, not a
+    key change, and the row's keys match wherever keys are compared."""
+
+    def load(self, data: Buffer) -> float:
+        value = float(data if isinstance(data, bytes) else bytes(data))
+        return NAN if value != value else value
+
+
 # Type OID -> loader and Arrow type. Everything else is text (exact, and equal on both paths).
 PG_TYPES: dict[int, PgType] = {
     16: PgType(pg_bool.BoolLoader, pa.bool_()),  # bool
@@ -43,8 +56,8 @@ PG_TYPES: dict[int, PgType] = {
     21: PgType(pg_numeric.IntLoader, pa.int64()),  # int2
     23: PgType(pg_numeric.IntLoader, pa.int64()),  # int4
     26: PgType(pg_numeric.IntLoader, pa.int64()),  # oid
-    700: PgType(pg_numeric.FloatLoader, pa.float64()),  # float4
-    701: PgType(pg_numeric.FloatLoader, pa.float64()),  # float8
+    700: PgType(FloatLoader, pa.float64()),  # float4
+    701: PgType(FloatLoader, pa.float64()),  # float8
     25: _TEXT,  # text
     1043: _TEXT,  # varchar
     1042: _TEXT,  # bpchar: kept as sent (a cast to text would strip its padding)
@@ -59,10 +72,19 @@ PG_TYPES: dict[int, PgType] = {
 
 
 def loaded_natively(oid: int) -> bool:
-    """Whether values of this type are loaded by type; the chunk SELECT casts every other
-    column to text (``CAST(c AS text)`` is the type's output function, which is what
-    pgoutput sends), so both paths hold the same text."""
+    """Whether values of this type are loaded by type; every other column is selected as
+    :data:`OUTPUT_TEXT`, the text its type's output function writes, which is what pgoutput
+    sends, so both paths hold the same text."""
     return oid in PG_TYPES
+
+
+# The text of a value as its type's output function writes it, for a column ``{0}``:
+# ``concat`` writes a non-text argument with its output function, and ``num_nonnulls`` tells
+# NULL from a composite whose fields are all NULL (which ``IS NULL`` would take for NULL).
+# Not ``CAST({0} AS text)``: for inet, bool and bpchar (or a domain over them, whose values
+# come as the domain's type) the cast to text is a function that writes another text than
+# the output function: '10.0.0.1/32' for '10.0.0.1', 'true' for 't', no trailing blanks.
+OUTPUT_TEXT = "CASE WHEN num_nonnulls({0}) = 1 THEN concat({0}) END"
 
 
 def pg_type(oid: int) -> PgType:

@@ -30,8 +30,8 @@ from sqlalchemy.types import UserDefinedType
 
 from signals import Watermark
 from signals.names import TableId
-from signals.table import insert_signal
-from snapshotter.core.keys import Key
+from signals.table import delete_watermarks, insert_signal, watermark_rows
+from snapshotter.core.keys import Key, KeyCodecError, normalize_key
 from snapshotter.core.visibility import PgSnapshot
 from snapshotter.dialects import pg_setup, pg_types
 from snapshotter.dialects.base import (
@@ -43,6 +43,17 @@ from snapshotter.dialects.base import (
     TableSchema,
     error_chain,
 )
+from snapshotter.dialects.query_guard import (
+    CANCEL_TIMEOUT_S,
+    DEFAULT_TIMEOUT_S,
+    GuardedQuery,
+    Outcome,
+    QueryGuard,
+    cancelled_error,
+    session_changed_error,
+    timeout_error,
+)
+from snapshotter.dialects.relations import pg_relation_kinds
 from snapshotter.dialects.sql_common import (
     CHUNK_QUERY,
     StatementCache,
@@ -86,6 +97,39 @@ _RELKIND_NAMES = {
 }
 
 _JSON = pg_types.JSON_OIDS
+
+# The chunk's read transaction begins with this: its snapshot (the SELECT's, REPEATABLE
+# READ) and the statement timeout of the queries in it, in milliseconds.
+_BEGIN_READ = "SELECT pg_current_snapshot()::text, set_config('statement_timeout', %s, true)"
+# Settings that change how values are written as text (the chunk reader's format, also the
+# log decoder's): a filter that changes one (set_config) would make chunk rows differ from
+# log rows, so a filtered read checks them before its rows are used.
+_OUTPUT_SETTINGS = (
+    "DateStyle",
+    "IntervalStyle",
+    "TimeZone",
+    "extra_float_digits",
+    "bytea_output",
+    "lc_monetary",
+    "search_path",  # how regclass, regtype, ... values name objects
+)
+_SETTINGS_QUERY = "SELECT " + ", ".join(f"current_setting('{s}')" for s in _OUTPUT_SETTINGS)
+# The chunk connection's own settings: timestamptz text carries the session's offset, and the
+# log decoder loads it as UTC.
+_SESSION_SETTINGS = "SET TimeZone TO 'UTC'"
+# What a filter may have left in the session, undone in one round trip: DISCARD ALL but for
+# DEALLOCATE ALL. psycopg forgets its prepared statements on DISCARD ALL only the first time
+# it runs that statement text (its cache counts it, then no longer looks at its result), so
+# a second DISCARD ALL pulled the chunk query's prepared statement from under psycopg; and
+# prepared chunk statements read 4096-row chunks about 3x faster (measured). No prepared
+# statement holds session state a filter set. Simple protocol (prepare=False): several
+# statements, one implicit transaction.
+_RESET_SESSION = (
+    "CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT; RESET ALL; UNLISTEN *; "
+    "SELECT pg_advisory_unlock_all(); DISCARD TEMP; DISCARD SEQUENCES; " + _SESSION_SETTINGS
+)
+# statement_timeout's SQLSTATE (query_canceled, shared with any cancel request).
+_QUERY_CANCELED = "57014"
 
 
 # Server errors that mean the server is going away, coming back or out of connection slots
@@ -158,13 +202,22 @@ class PostgresDialect:
     dollar_quotes = True
     commits_visible_in_log_order = False
 
-    def __init__(self, url: str | sa.URL, signal_table: TableId, publication: str) -> None:
+    def __init__(
+        self,
+        url: str | sa.URL,
+        signal_table: TableId,
+        publication: str,
+        chunk_timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
         self.url = pg_setup.psycopg_url(url)
+        self.chunk_timeout_s = chunk_timeout_s
         self.signal_table = signal_table.with_default_schema(DEFAULT_SCHEMA)
         self.publication = publication
         self._engine: sa.Engine | None = None
         self._conn: psycopg.Connection[Any] | None = None
         self._conn_lock = threading.Lock()  # the chunk connection serves one query at a time
+        self._guard = QueryGuard()  # time limit and cancellation of its queries
+        self._settings: tuple[Any, ...] | None = None  # its _OUTPUT_SETTINGS when clean
         self._database: str | None = None
         self._statements = StatementCache(lambda: self.engine.dialect)
 
@@ -201,8 +254,8 @@ class PostgresDialect:
         conn = psycopg.connect(*args, **kwargs, autocommit=True, context=pg_types.LoadContext())
         for cls in _KEY_VALUE_TYPES:
             conn.adapters.register_dumper(cls, psycopg.adapters.get_dumper(cls, PyFormat.TEXT))
-        # timestamptz text carries the session's offset; the log decoder loads it as UTC.
-        conn.execute("SET TimeZone TO 'UTC'")
+        _set_session(conn)
+        self._settings = conn.execute(_SETTINGS_QUERY).fetchone()
         # Every transaction ``conn.transaction()`` opens is BEGIN ISOLATION LEVEL
         # REPEATABLE READ READ ONLY: the snapshot is fixed by its first statement, and a
         # filter (SQL from the signal table) cannot write.
@@ -216,11 +269,23 @@ class PostgresDialect:
         authentication or permission failure, a missing database."""
         return any(_transient(error) for error in error_chain(exc))
 
+    def cancel_reads(self) -> None:
+        self._guard.cancel()
+
+    def allow_reads(self) -> None:
+        self._guard.allow()
+
     def close(self) -> None:
-        with self._conn_lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+        self._guard.close()
+        # Not forever: a query whose cancel failed may still hold the lock (the reading
+        # thread is a daemon; the server ends the query when the process exits).
+        if self._conn_lock.acquire(timeout=CANCEL_TIMEOUT_S):
+            try:
+                if self._conn is not None:
+                    self._conn.close()
+                    self._conn = None
+            finally:
+                self._conn_lock.release()
         if self._engine is not None:
             self._engine.dispose()
             self._engine = None
@@ -272,6 +337,9 @@ class PostgresDialect:
                 "  NOT a.attnotnull AS nullable "
                 "FROM pg_catalog.pg_attribute a "
                 "WHERE a.attrelid = :oid AND a.attnum > 0 AND NOT a.attisdropped "
+                # Generated columns are left out: pgoutput does not carry them, and a READ
+                # row must be the row the log has (pg_setup warns at init).
+                "  AND a.attgenerated = '' "
                 "ORDER BY a.attnum"
             ),
             {"oid": oid},
@@ -289,8 +357,15 @@ class PostgresDialect:
 
     def snapshot_key(self, schema: TableSchema, surrogate_key: str | None) -> tuple[str, ...]:
         if surrogate_key is None:
+            # describe leaves generated columns out: a key column missing is one.
+            generated = [k for k in schema.primary_key if k not in schema.column_names]
+            if generated:
+                raise TableError(_generated_key(schema.table, generated))
             if not schema.primary_key:
                 raise TableError(_no_primary_key(schema.table))
+            # (A surrogate key requires FULL already: _check_surrogate_key.)
+            with self.engine.connect() as conn:
+                pg_setup.check_toast_identity(conn, schema.table)
             return schema.primary_key
         self._check_surrogate_key(schema, surrogate_key)
         return (surrogate_key,)
@@ -345,6 +420,10 @@ class PostgresDialect:
             )
             return [TableId(r.nspname, r.relname) for r in rows]
 
+    def relation_kinds(self, tables: Sequence[TableId]) -> Mapping[TableId, str]:
+        with self.engine.connect() as conn:
+            return pg_relation_kinds(conn, tables)
+
     # --- reads ---------------------------------------------------------------------------
 
     def max_key(
@@ -354,8 +433,11 @@ class PostgresDialect:
         sql = self._statements.get(
             ("max", schema, keys, condition), lambda: _max_key_query(schema, keys, condition)
         )
-        rows, _ = self._read(schema.table, "max-key query", sql, {})
-        return tuple(rows[0]) if rows else None
+        try:
+            rows, _ = self._read(schema.table, "max-key query", sql, {}, condition is not None)
+        except TableError as exc:
+            raise _unrepresentable(exc, schema.table) from exc
+        return _checked_key(schema.table, rows[0], "maximum key") if rows else None
 
     def read_chunk(
         self,
@@ -367,10 +449,16 @@ class PostgresDialect:
         limit: int,
     ) -> ChunkRead:
         sql, params = self._chunk_statement(schema, key_columns, after, upto, condition, limit)
-        rows, snapshot = self._read(schema.table, CHUNK_QUERY, sql, params)
+        try:
+            rows, snapshot = self._read(
+                schema.table, CHUNK_QUERY, sql, params, condition is not None
+            )
+        except TableError as exc:
+            raise _unrepresentable(exc, schema.table) from exc
+        last = last_key(schema, key_columns, rows)
         return ChunkRead(
             rows_to_arrow(schema, rows),
-            last_key(schema, key_columns, rows),
+            None if last is None else _checked_key(schema.table, last, "last key of a chunk"),
             PgSnapshot.parse(snapshot),
         )
 
@@ -387,7 +475,9 @@ class PostgresDialect:
         key must be an index range (``Index Cond`` with the row comparison), or every chunk
         reads the index from its start."""
         sql, params = self._chunk_statement(schema, key_columns, after, upto, condition, limit)
-        rows, _ = self._read(schema.table, "EXPLAIN of the chunk query", "EXPLAIN " + sql, params)
+        rows, _ = self._read(
+            schema.table, "EXPLAIN of the chunk query", "EXPLAIN " + sql, params, False
+        )
         return "\n".join(str(r[0]) for r in rows)
 
     def _chunk_statement(
@@ -434,26 +524,87 @@ class PostgresDialect:
             yield from read_table_rows(conn, schema.table, columns)
 
     def _read(
-        self, table: TableId, what: str, sql: str, params: dict[str, Any]
+        self, table: TableId, what: str, sql: str, params: dict[str, Any], filtered: bool
     ) -> tuple[list[tuple[Any, ...]], str]:
-        """Run ``sql`` in one REPEATABLE READ READ ONLY transaction; its rows and the
-        transaction's snapshot (``pg_current_snapshot()``, the snapshot ``sql`` read in)."""
+        """Run ``sql`` in one REPEATABLE READ READ ONLY transaction under the time limit;
+        its rows and the transaction's snapshot (``pg_current_snapshot()``, the snapshot
+        ``sql`` read in). ``filtered``: ``sql`` holds a signal's filter, so the session's
+        output settings are checked before the rows are used and the session is reset
+        after (whatever the filter did to it stays out of later reads)."""
         with self._conn_lock:
+            query: GuardedQuery | None = None
             try:
                 conn = self._connection()
-                with conn.transaction():
-                    snapshot = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
+                timeout_ms = str(max(1, round(self.chunk_timeout_s * 1000)))
+                guard = self._guard.running(self.chunk_timeout_s, partial(_cancel, conn))
+                with guard as query, conn.transaction():
+                    snapshot = conn.execute(_BEGIN_READ, (timeout_ms,)).fetchone()
                     rows = conn.execute(sql, params).fetchall()
+                    if filtered:
+                        self._check_settings(conn, table)
                     if what == CHUNK_QUERY:
                         failpoint("chunk.select")
             except psycopg.Error as exc:
-                raise self._failure(table, what, exc) from exc
+                raise self._failure(table, what, exc, query, filtered) from exc
+            finally:
+                self._after_read(query, filtered)
+            assert query is not None
+            if query.outcome is not None:  # cancelled, though the query got to its end
+                raise self._outcome_error(query.outcome, table, what, filtered)
         assert snapshot is not None
         return rows, str(snapshot[0])
 
-    def _failure(self, table: TableId, what: str, exc: psycopg.Error) -> Exception:
-        """A TableError for what the query did (bad filter, permissions, data); a
-        ChunkReadError, worth a retry, when the connection or server failed."""
+    def _check_settings(self, conn: psycopg.Connection[Any], table: TableId) -> None:
+        now = conn.execute(_SETTINGS_QUERY).fetchone()
+        if self._settings is None or now is None:
+            return
+        error = session_changed_error(
+            table,
+            "setting",
+            _OUTPUT_SETTINGS,
+            self._settings,
+            now,
+            "Send execute-snapshot again with a filter that changes no setting (no set_config)",
+        )
+        if error is not None:
+            raise error
+
+    def _after_read(self, query: GuardedQuery | None, filtered: bool) -> None:
+        """After a cancelled query, a new connection (a late cancel request must not hit a
+        later query); after a filtered one, a clean session (``_RESET_SESSION``)."""
+        conn = self._conn
+        if conn is None or conn.closed:
+            return
+        try:
+            if query is not None and query.outcome is not None:
+                conn.close()
+            elif filtered and not conn.broken:
+                conn.execute(_RESET_SESSION, prepare=False)
+        except psycopg.Error:
+            conn.close()  # whatever the filter left is gone with the session
+        if conn.closed or conn.broken:
+            conn.close()
+            self._conn = None  # reconnect on the next read
+
+    def _failure(
+        self,
+        table: TableId,
+        what: str,
+        exc: psycopg.Error,
+        query: GuardedQuery | None,
+        filtered: bool,
+    ) -> Exception:
+        """A TableError for what the query did (bad filter, permissions, data, the time
+        limit); ReadCancelled when the guard cancelled it on request; a ChunkReadError,
+        worth a retry, when the connection or server failed."""
+        if query is not None and query.outcome is not None:
+            return self._outcome_error(query.outcome, table, what, filtered)
+        if (
+            exc.sqlstate == _QUERY_CANCELED
+            and query is not None
+            and query.ran_for(self.chunk_timeout_s)
+        ):
+            return self._outcome_error(Outcome.TIMED_OUT, table, what, filtered)
         message = f"{what} on table {table} failed: {str(exc).strip()}"
         conn = self._conn
         if conn is not None and (conn.broken or conn.closed):
@@ -463,11 +614,26 @@ class PostgresDialect:
             return ChunkReadError(message)
         return TableError(message)
 
+    def _outcome_error(
+        self, outcome: Outcome, table: TableId, what: str, filtered: bool
+    ) -> Exception:
+        if outcome is Outcome.CANCELLED:
+            return cancelled_error(what, table)
+        return timeout_error(what, table, self.chunk_timeout_s, filtered)
+
     # --- writes --------------------------------------------------------------------------
 
     def write_watermark(self, watermark: Watermark) -> None:
         with self.engine.begin() as conn:
             insert_signal(conn, self.signal_table, watermark)
+
+    def delete_watermarks(self, window_ids: Sequence[str]) -> int:
+        with self.engine.begin() as conn:
+            return delete_watermarks(conn, self.signal_table, window_ids)
+
+    def watermark_rows(self, after: str | None, limit: int) -> list[tuple[str, str]]:
+        with self.engine.connect() as conn:
+            return watermark_rows(conn, self.signal_table, after, limit)
 
     def ensure_captured(self, tables: Sequence[TableId]) -> list[TableId]:
         wanted = [t.with_default_schema(DEFAULT_SCHEMA) for t in tables]
@@ -493,13 +659,25 @@ class PostgresDialect:
 # --- SQL -----------------------------------------------------------------------------------
 
 
+def _set_session(conn: psycopg.Connection[Any]) -> None:
+    """The chunk connection's own session settings (after connecting)."""
+    conn.execute(_SESSION_SETTINGS)
+
+
+def _cancel(conn: psycopg.Connection[Any]) -> None:
+    """Ask the server to cancel ``conn``'s query (from another thread)."""
+    conn.cancel_safe(timeout=CANCEL_TIMEOUT_S)
+
+
 def _output(table: sa.TableClause, column: ColumnInfo) -> sa.ColumnElement[Any]:
-    """The column as selected: as is when loaded by type, else its text (the type's output
-    function, as pgoutput sends it), under the column's own name."""
+    """The column as selected: as is when loaded by type, else the text of its type's
+    output function, as pgoutput sends it (``pg_types.OUTPUT_TEXT``, written with
+    SQLAlchemy), under the column's own name."""
     raw = table.c[column.name]
     if pg_types.loaded_natively(column.type_code):
         return raw
-    return sa.cast(raw, sa.Text).label(column.name)
+    one: sa.ColumnElement[Any] = sa.literal_column("1")
+    return sa.case((sa.func.num_nonnulls(raw) == one, sa.func.concat(raw))).label(column.name)
 
 
 def _bound(schema: TableSchema, key_columns: tuple[str, ...], prefix: str) -> list[Any]:
@@ -565,6 +743,40 @@ def _check_relation(table: TableId, relation: _Relation, user: str) -> None:
             f"SELECT on the table (GRANT SELECT ON {pg_setup.quote_table(table)} TO "
             f"{pg_setup.quote_name(user)})"
         )
+
+
+def _generated_key(table: TableId, columns: Sequence[str]) -> str:
+    return (
+        f"table {table}: its primary key includes the generated column(s) "
+        f"{', '.join(columns)}, which PostgreSQL's log (pgoutput) does not carry, so log "
+        "events could not be matched with snapshot rows; name a unique NOT NULL column that "
+        'is not generated to page by, with "surrogate-key" in the execute-snapshot signal'
+    )
+
+
+def _unrepresentable(exc: TableError, table: TableId) -> TableError:
+    """The TableError of a read whose rows psycopg could not load (a value Python has no
+    type for, such as the date 'infinity'), said so; any other one as it is."""
+    cause = exc.__cause__
+    if not isinstance(cause, psycopg.DataError) or cause.sqlstate is not None:
+        return exc
+    return TableError(
+        f"table {table} holds a value snapshotter cannot represent ({cause}): timestamps "
+        "and dates of 'infinity' or outside the years 1-9999, and the time 24:00:00, have "
+        "no Python value; leave such rows out of the snapshot with a filter "
+        '("additional-conditions"), or change them'
+    )
+
+
+def _checked_key(table: TableId, key: Sequence[Any], what: str) -> Key:
+    """``key`` as state keeps it; a TableError, not a failure to save state later, for a
+    value that cannot be kept."""
+    try:
+        return normalize_key(key)
+    except KeyCodecError as exc:
+        raise TableError(
+            f"table {table}: its {what} {tuple(key)!r} cannot be kept: {exc}"
+        ) from None
 
 
 def _no_primary_key(table: TableId) -> str:

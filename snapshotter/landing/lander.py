@@ -29,7 +29,9 @@ Landing costs in proportion to the batch, not the table:
   last compaction; ``current_state`` (and ``snapshotter verify``) see the exact state.
 
 Unchanged TOAST values (``__unavailable``) take the value of the key's previous event, from
-the same landing or from the state before it.
+the same landing or from the state before it, but never from before a delete of the key (a
+key change can delete a key and create it again for another row). Where there is no such
+event the column stays NULL and listed in ``__unavailable``: never the placeholder text.
 """
 
 from __future__ import annotations
@@ -54,9 +56,18 @@ from snapshotter.landing.types import BATCH, META_COLUMNS, OP, POS, UNAVAILABLE
 log = logging.getLogger(__name__)
 
 Format = Literal["parquet", "delta"]
+# Working columns of reduce_latest and the Delta merge (never landed).
+_LIFE = "__snapshotter_life"
+_RESTARTED = "__snapshotter_restarted"
+
 META_FILE = "_snapshotter.json"
 META_VERSION = 1
 _SAFE = re.compile(r"[A-Za-z0-9_\-]")
+
+
+def _no_columns() -> Column:
+    """An empty list of column names (a function: a Column needs a running Spark)."""
+    return F.array().cast("array<string>")
 
 
 class LandingError(RuntimeError):
@@ -289,10 +300,17 @@ class Lander:
         current = f"{base}/current"
         keys = meta.key_columns
         changes = reduce_latest(
-            batch, keys, meta.unavailable_columns, keep_deletes=True, after=truncated_at
+            batch,
+            keys,
+            meta.unavailable_columns,
+            keep_deletes=True,
+            after=truncated_at,
+            restarted=_RESTARTED,
         )
+        columns = [c for c in changes.columns if c != _RESTARTED]
         if not DeltaTable.isDeltaTable(self.spark, current):
-            changes.where(F.col(OP) != "d").write.format("delta").mode("append").save(current)
+            inserted = changes.where(F.col(OP) != "d").select(*[F.col(quote(c)) for c in columns])
+            inserted.write.format("delta").mode("append").save(current)
             return
         target = DeltaTable.forPath(self.spark, current)
         if truncated_at is not None:
@@ -300,19 +318,22 @@ class Lander:
         on = _all([F.col(f"t.{quote(k)}") == F.col(f"s.{quote(k)}") for k in keys])
         newer = F.col(f"t.{quote(POS)}") < F.col(f"s.{quote(POS)}")
         is_delete = F.col(f"s.{quote(OP)}") == "d"
-        columns = [c for c in changes.columns]
+        # The key was deleted in this batch before its latest event: the target's row is
+        # of before that delete, and resolves nothing.
+        restarted = F.col(f"s.{quote(_RESTARTED)}")
+        s_missing = F.coalesce(F.col(f"s.{quote(UNAVAILABLE)}"), _no_columns())
         updates: dict[str, str | Column] = {}
         for c in columns:
             source = F.col(f"s.{quote(c)}")
             if c in meta.unavailable_columns:
-                missing = F.array_contains(
-                    F.coalesce(F.col(f"s.{quote(UNAVAILABLE)}"), F.array().cast("array<string>")),
-                    F.lit(c),
-                )
+                missing = F.array_contains(s_missing, F.lit(c)) & ~restarted
                 source = F.when(missing, F.col(f"t.{quote(c)}")).otherwise(source)
             updates[quote(c)] = source
         if meta.unavailable_columns:
-            updates[quote(UNAVAILABLE)] = F.lit(None).cast("array<string>")
+            # Still unavailable: what the event lacked and the target's row lacked too.
+            t_missing = F.coalesce(F.col(f"t.{quote(UNAVAILABLE)}"), _no_columns())
+            still = F.when(restarted, s_missing).otherwise(F.array_intersect(s_missing, t_missing))
+            updates[quote(UNAVAILABLE)] = F.when(F.size(still) > 0, still).cast("array<string>")
         (
             target.alias("t")
             .merge(changes.alias("s"), on)
@@ -417,27 +438,41 @@ def reduce_latest(
     *,
     keep_deletes: bool = False,
     after: str | None = None,
+    restarted: str | None = None,
 ) -> DataFrame:
     """Per key, the event with the highest ``__pos`` (deletes dropped unless kept), after the
-    last truncate; values the log did not carry taken from the key's previous event."""
+    last truncate; values the log did not carry taken from the key's previous event since
+    its last delete (never from before a delete: a key deleted and created again by a key
+    change is another row). With ``restarted``, a boolean column of that name says whether
+    the key was deleted before its latest event (its state before ``df`` resolves nothing)."""
     df = df.where(F.col(OP) != "t")
     if after is not None:
         df = df.where(F.col(POS) > F.lit(after))
     key_cols = [F.col(quote(k)) for k in keys]
     if unavailable_columns:
-        history = (
+        upto_here = (
             Window.partitionBy(*key_cols)
             .orderBy(F.col(POS))
             .rowsBetween(Window.unboundedPreceding, Window.currentRow)
         )
-        missing_list = F.coalesce(F.col(UNAVAILABLE), F.array().cast("array<string>"))
+        # Deletes so far, this row's included: the key's life the row belongs to.
+        df = df.withColumn(_LIFE, F.sum(F.when(F.col(OP) == "d", 1).otherwise(0)).over(upto_here))
+        history = (
+            Window.partitionBy(*key_cols, F.col(_LIFE))
+            .orderBy(F.col(POS))
+            .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+        )
+        missing_list = F.coalesce(F.col(UNAVAILABLE), _no_columns())
         unresolved = []
-        temps: list[str] = []
+        temps: list[str] = [_LIFE]
+        if restarted is not None:
+            df = df.withColumn(restarted, F.col(_LIFE) > 0)
         for i, c in enumerate(unavailable_columns):
             if c not in df.columns:
                 continue
             carried = F.when(
-                ~F.array_contains(missing_list, F.lit(c)), F.struct(F.col(quote(c)).alias("v"))
+                (F.col(OP) != "d") & ~F.array_contains(missing_list, F.lit(c)),
+                F.struct(F.col(quote(c)).alias("v")),
             )
             temp = f"__carried_{i}"
             df = df.withColumn(temp, F.last(carried, ignorenulls=True).over(history))
@@ -452,6 +487,8 @@ def reduce_latest(
         df = df.withColumn(
             UNAVAILABLE, F.when(F.size(still) > 0, still).cast("array<string>")
         ).drop(*temps)
+    elif restarted is not None:
+        df = df.withColumn(restarted, F.lit(False))
     latest = Window.partitionBy(*key_cols).orderBy(F.col(POS).desc())
     df = df.withColumn("__rank", F.row_number().over(latest)).where(F.col("__rank") == 1)
     df = df.drop("__rank")

@@ -59,6 +59,16 @@ def _delta_provisioned() -> bool:
     return True
 
 
+def _delta_note(required: bool, loaded: bool) -> str:
+    """What the start message says of Delta: needed (format = "delta"), or only loaded
+    because its jars are there (a Parquet landing does not use it)."""
+    if required:
+        return " with Delta Lake"
+    if loaded:
+        return "; Delta Lake's jars are provisioned, so they are loaded too"
+    return ""
+
+
 def spark_session(config: SparkConfig, *, delta: bool = False) -> SparkSession:
     """The process's session, made on first use.
 
@@ -76,6 +86,7 @@ def spark_session(config: SparkConfig, *, delta: bool = False) -> SparkSession:
             return _session
         from pyspark.sql import SparkSession
 
+        required = delta
         delta = delta or _delta_provisioned()
         builder = SparkSession.builder.appName(config.app_name)
         conf = dict(BASE_CONF)
@@ -101,7 +112,7 @@ def spark_session(config: SparkConfig, *, delta: bool = False) -> SparkSession:
                 conf[key] = value
         for key, value in conf.items():
             builder = builder.config(key, value)
-        log.info("starting Spark (master %s%s)", config.master, ", Delta" if delta else "")
+        log.info("starting Spark (master %s)%s", config.master, _delta_note(required, delta))
         # PySpark replaces the SIGINT handler when it starts on the main thread; keep ours
         # (the engine stops at a transaction boundary on SIGINT).
         on_main = threading.current_thread() is threading.main_thread()

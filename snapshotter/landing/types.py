@@ -28,8 +28,10 @@ Each landed row also has:
   ``__ts_ms``: the envelope's ``ts_ms``; ``__snapshot``: ``source.snapshot`` ("false",
   "incremental");
 * ``__unavailable``: the columns whose value the log did not carry (PostgreSQL's unchanged
-  TOAST values), landed as NULL and resolved from the previous state when landing; NULL when
-  none;
+  TOAST values, in an update or in the create of a key change), landed as NULL and resolved
+  from the key's previous state when landing; where there is none (a new key, or the key was
+  deleted since) the column stays NULL and listed here: Debezium's placeholder text is never
+  landed as data; NULL when none;
 * ``__batch``: the staged batch the row came in (landing is idempotent per batch).
 
 A delete lands the key columns (from the event's key) and what the log gave of the old row; a
@@ -238,6 +240,15 @@ def unknown_columns(schema: TableSchema, events: Iterable[ChangeEvent]) -> set[s
     return unknown
 
 
+def _is_placeholder(value: Any) -> bool:
+    return type(value) is str and value == UNAVAILABLE_VALUE
+
+
+def _holds_placeholder(row: Mapping[str, Any]) -> bool:
+    # ``in`` first: one C-level pass (every event goes through here).
+    return UNAVAILABLE_VALUE in row.values() and any(_is_placeholder(v) for v in row.values())
+
+
 def events_to_landed(
     schema: TableSchema,
     key_columns: Sequence[str],
@@ -254,8 +265,11 @@ def events_to_landed(
             continue
         row = event.after if event.after is not None else event.before
         missing: list[str] | None = None
-        if event.op is Op.UPDATE and row is not None and UNAVAILABLE_VALUE in row.values():
-            missing = [c for c, v in row.items() if v == UNAVAILABLE_VALUE]
+        if event.op is not Op.READ and row is not None and _holds_placeholder(row):
+            # Any log event, not only an update: a key change is logged as a delete of the
+            # old key and a create of the new one, whose row carries the placeholder for an
+            # unchanged TOAST value too. READ rows come from a SELECT: real values.
+            missing = [c for c, v in row.items() if _is_placeholder(v)]
             row = {c: None if c in missing else v for c, v in row.items()}
         if event.key is not None and (
             row is None or any(c not in row for c in key_columns) or event.op is Op.DELETE

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from signals.names import TableId, parse_table_name
+from signals.names import TableId
 from snapshotter.config import Config
 from snapshotter.dialects.base import Dialect, TableError, TableSchema
 from snapshotter.landing.types import META_COLUMNS, landed_columns, rows_to_landed
@@ -781,29 +781,13 @@ class LandedVerifier:
 # --- the command ------------------------------------------------------------------------------
 
 
-def tables_to_verify(
-    config: Config, dialect: Dialect, lander: Lander, names: Sequence[str]
-) -> list[TableId]:
-    """The named tables; without names, every table with landed data and every table of
-    ``source.tables`` that exists at the source."""
-    from snapshotter.dialects.pg_setup import resolve_tables
-
-    source = config.source
-    default = source.default_schema
-    if names:
-        return [parse_table_name(n).with_default_schema(default) for n in names]
-    found = dict.fromkeys(lander.tables())
-    for table in resolve_tables(dialect, source.tables, default):
-        if table != source.signal_table_id:
-            found[table] = None
-    return sorted(found, key=str)
-
-
 def verify_landed(config: Config, names: Sequence[str]) -> Iterator[Outcome]:
-    """Verify each table (see :func:`tables_to_verify`) against the landed state under
-    ``[sink] path``; one outcome per table, as each is done."""
+    """Verify each table (:func:`snapshotter.convergence.tables_to_verify`: the rule is the
+    same for every sink) against the landed state under ``[sink] path``; one outcome per
+    table, as each is done."""
     from pyspark.errors import PySparkException
 
+    from snapshotter.convergence import tables_to_verify
     from snapshotter.landing.lander import Lander, LandingError
     from snapshotter.landing.session import spark_session
     from snapshotter.runner import open_dialect
@@ -811,15 +795,10 @@ def verify_landed(config: Config, names: Sequence[str]) -> Iterator[Outcome]:
     sink = config.sink
     dialect = open_dialect(config)
     try:
+        tables = tables_to_verify(config, dialect, names)  # before Spark's start: it is slow
         spark = spark_session(config.spark, delta=sink.format == "delta")
         lander = Lander(spark, sink.path, sink.format)
         verifier = LandedVerifier(dialect, lander)
-        tables = tables_to_verify(config, dialect, lander, names)
-        if not tables:
-            raise LandedVerifyError(
-                f"no table to verify: nothing is landed under {sink.path} and source.tables "
-                "selects no table; name the tables to verify"
-            )
         for table in tables:
             try:
                 yield verifier.verify(table)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
@@ -106,11 +106,19 @@ class BinlogDecoder:
         captured: Callable[[TableId], bool],
         key_columns: Callable[[TableId], Sequence[str] | None],
         clock_ms: Callable[[], int] = _wall_clock_ms,
+        column_types: Callable[[TableId], Mapping[str, str]] | None = None,
     ) -> None:
+        """``column_types``: the catalog's DATA_TYPE of each column of a table (the
+        dialect's ``catalog_types``). Only the catalog tells MariaDB's UUID, INET6 and
+        INET4 from a BINARY(16) or BINARY(4): the binlog carries their bytes alike."""
         self._name = name
         self._captured_of = captured
         self._key_columns = key_columns
         self._clock_ms = clock_ms
+        self._column_types_of = column_types
+        # Per table, until DDL on it: the catalog's types (asked once, not per table map:
+        # mysql-replication makes a new table map for every transaction).
+        self._column_types: dict[TableId, tuple[tuple[str, ...], Mapping[str, str]]] = {}
         self._captured: dict[TableId, bool] = {}
         self._tables: dict[int, _Table] = {}
         self._shapes: dict[TableId, TableShape] = {}
@@ -218,6 +226,7 @@ class BinlogDecoder:
                 if table is not None and self._is_captured(table):
                     # Its next table map may differ: announce the shape again then.
                     self._shapes.pop(table, None)
+                    self._column_types.pop(table, None)
                     items.append(Notice(table, f"DDL on {table}: {' '.join(query.split())[:200]}"))
         if query[:6].upper() in ("CREATE", "RENAME"):
             self._captured.clear()  # a new table may match source.tables now
@@ -252,6 +261,7 @@ class BinlogDecoder:
             )
         converters = []
         sets = set()
+        catalog = self._catalog_types(table, names)
         for column in event.columns:
             family = my_types.binlog_family(column.type)
             if family == my_types.SET:
@@ -260,6 +270,9 @@ class BinlogDecoder:
                 column.type,
                 bits=getattr(column, "bits", 0) or 0,
                 set_values=tuple(column.set_values or ()),
+                binary=getattr(column, "character_set_name", None) == "binary",
+                max_length=getattr(column, "max_length", 0) or 0,
+                data_type=catalog.get(column.name),
             )
             if conv is not None:
                 converters.append((column.name, conv))
@@ -290,6 +303,18 @@ class BinlogDecoder:
         )
         self._tables[event.table_id] = prepared
         return prepared
+
+    def _catalog_types(self, table: TableId, names: Sequence[str]) -> Mapping[str, str]:
+        if self._column_types_of is None:
+            return {}
+        asked = self._column_types.get(table)
+        if asked is None or asked[0] != tuple(names):  # a column added, dropped, renamed
+            try:
+                types = dict(self._column_types_of(table))
+            except Exception:  # dropped meanwhile, say: the binlog alone decides then
+                types = {}
+            asked = self._column_types[table] = (tuple(names), types)
+        return asked[1]
 
     def _rows(self, event: Any) -> list[LogItem]:
         table = self._table(event)

@@ -28,6 +28,7 @@ import select
 import struct
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -50,9 +51,13 @@ _FEEDBACK_INTERVAL_S = 10.0  # well inside the default wal_sender_timeout of 60 
 # How long a lost replication connection is retried (the ``reconnect_for`` parameter; this
 # default when it is None), and the backoff between attempts.
 RECONNECT_FOR_S = 60.0
-# At the first START_REPLICATION: the slot is still active for a gone client's walsender
-# (55006), the server is starting up (57P03).
-_WAIT_AT_START = frozenset({"55006", "57P03"})
+_STARTING_UP = "57P03"  # the server is starting up: worth waiting for at the first start
+_UNDEFINED_OBJECT = "42704"  # the slot (or publication) does not exist
+# A slot held by another walsender: its client may be gone (a killed engine), so it is
+# always waited for this long; after it, a holder is judged live unless it has been silent
+# for longer than SILENT_S (see slot_holder_may_be_dying).
+BUSY_GRACE_S = 5.0
+SILENT_S = 15.0
 RECONNECT_FIRST_S = 0.5
 RECONNECT_MAX_S = 5.0
 _CONNECT_TIMEOUT_S = 10  # per attempt, unless the URL or PGCONNECT_TIMEOUT says otherwise
@@ -71,6 +76,17 @@ SESSION_OPTIONS = (
 
 class LogReaderError(RuntimeError):
     """The replication stream failed; the message says why and what to check."""
+
+
+@dataclass(frozen=True, slots=True)
+class SlotHolder:
+    """The walsender that holds a slot (from pg_replication_slots / pg_stat_replication)."""
+
+    pid: int
+    application: str | None
+    client: str | None  # its client's address
+    last_reply: float | None  # when its client last replied (epoch seconds)
+    silent_s: float | None  # seconds since then (or since it started, if never)
 
 
 def lsn_to_int(text: str) -> int:
@@ -127,52 +143,104 @@ class PgLogReader:
         self._open_first()
 
     def _open_first(self) -> None:
-        """The first START_REPLICATION. Waits (up to ``reconnect_for``) only while the slot is
-        still held by a walsender whose client is gone (a killed engine's: the server notices
-        within moments, or at wal_sender_timeout) or the server is starting up; any other
-        error is the configuration's, said at once."""
+        """The first START_REPLICATION. Waits (up to ``reconnect_for``) only while the server
+        is starting up, or while the slot is held by a walsender whose client is gone (a
+        killed engine's: the server notices within moments, or at wal_sender_timeout after
+        a network loss); a slot another live client streams from is said at once (see
+        ``_slot_in_use``), and any other error is the configuration's, said at once."""
         began = time.monotonic()
         delay = RECONNECT_FIRST_S
+        first_reply: float | None = None  # the holder's last reply when first seen
         while True:
+            waited = time.monotonic() - began
             try:
                 conn = self._connect()
             except psycopg.Error as exc:
-                if (
-                    exc.sqlstate in _WAIT_AT_START
-                    and time.monotonic() - began < self._reconnect_for
-                ):
+                if exc.sqlstate == _STARTING_UP and waited < self._reconnect_for:
                     time.sleep(delay)
                     delay = min(delay * 2, RECONNECT_MAX_S)
                     continue
                 raise LogReaderError(
                     f"cannot open a replication connection to {self._server}: {_text(exc)}"
+                    f"{_connect_fix(exc)}"
                 ) from None
             try:
                 self._start(conn)
                 return
             except psycopg.Error as exc:
-                if (
-                    exc.sqlstate in _WAIT_AT_START
-                    and time.monotonic() - began < self._reconnect_for
-                ):
-                    log.info("slot %s is still in use (%s); waiting", self._slot, _text(exc))
+                if exc.sqlstate == _SLOT_IN_USE:
+                    holder = self._slot_holder()
+                    if holder is not None and first_reply is None:
+                        first_reply = holder.last_reply
+                    if slot_holder_may_be_dying(holder, first_reply, waited, self._reconnect_for):
+                        log.info("slot %s is still in use (%s); waiting", self._slot, _text(exc))
+                        time.sleep(min(delay, 1.0))
+                        delay = min(delay * 2, RECONNECT_MAX_S)
+                        continue
+                    raise LogReaderError(self._in_use(holder, exc)) from None
+                if exc.sqlstate == _STARTING_UP and waited < self._reconnect_for:
                     time.sleep(delay)
                     delay = min(delay * 2, RECONNECT_MAX_S)
                     continue
+                missing = exc.sqlstate == _UNDEFINED_OBJECT
                 raise LogReaderError(
                     f"cannot stream slot {self._slot!r} with publication "
-                    f"{self._publication!r} from {self._server}: {_text(exc)}; run "
-                    "`snapshotter init` to create them"
+                    f"{self._publication!r} from {self._server}: {_text(exc)}"
+                    + ("; run `snapshotter init` to create them" if missing else "")
                 ) from None
+
+    # -- a slot another client holds ---------------------------------------------------------
+
+    def _slot_holder(self) -> SlotHolder | None:
+        """Who holds the slot now (None: nobody, or it cannot be told)."""
+        try:
+            with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10) as conn:
+                row = conn.execute(
+                    "SELECT s.active_pid, r.application_name, r.client_addr::text, "
+                    "EXTRACT(EPOCH FROM r.reply_time)::float8, "
+                    "EXTRACT(EPOCH FROM now() - COALESCE(r.reply_time, r.backend_start))::float8 "
+                    "FROM pg_replication_slots s "
+                    "LEFT JOIN pg_stat_replication r ON r.pid = s.active_pid "
+                    "WHERE s.slot_name = %s AND s.active",
+                    (self._slot,),
+                ).fetchone()
+        except psycopg.Error as exc:
+            log.debug("cannot tell who holds slot %s: %s", self._slot, _text(exc))
+            return None
+        if row is None or row[0] is None:
+            return None
+        return SlotHolder(
+            pid=row[0], application=row[1], client=row[2], last_reply=row[3], silent_s=row[4]
+        )
+
+    def _in_use(self, holder: SlotHolder | None, exc: psycopg.Error) -> str:
+        if holder is None:
+            who = _text(exc)
+        else:
+            parts = [f"walsender pid {holder.pid}"]
+            if holder.application:
+                parts.append(f"client {holder.application!r}")
+            if holder.client:
+                parts.append(f"from {holder.client}")
+            if holder.silent_s is not None:
+                parts.append(f"last heard from {holder.silent_s:.0f} s ago")
+            who = ", ".join(parts)
+        return (
+            f"replication slot {self._slot!r} on {self._server} is in use by another process "
+            f"({who}): another engine or client streams from it. Stop that process, or give "
+            "this engine its own slot ([source] slot) and state directory"
+        )
 
     # -- connecting ------------------------------------------------------------------------
 
     def _connect(self) -> psycopg.Connection[Any]:
         extra: dict[str, Any] = {}
-        if "connect_timeout" not in conninfo_to_dict(self._conninfo) and not os.environ.get(
-            "PGCONNECT_TIMEOUT"
-        ):
+        given = conninfo_to_dict(self._conninfo)
+        if "connect_timeout" not in given and not os.environ.get("PGCONNECT_TIMEOUT"):
             extra["connect_timeout"] = _CONNECT_TIMEOUT_S
+        if "application_name" not in given and not os.environ.get("PGAPPNAME"):
+            # Named in pg_stat_replication, so a second engine can say who holds the slot.
+            extra["application_name"] = "snapshotter"
         return psycopg.connect(
             self._conninfo,
             replication="database",
@@ -247,6 +315,8 @@ class PgLogReader:
                 ) from None
             now = time.monotonic()
             self._last_error = message
+            if now - lost_since >= self._reconnect_for and exc.sqlstate == _SLOT_IN_USE:
+                raise LogReaderError(self._in_use(self._slot_holder(), exc)) from None
             if now - lost_since >= self._reconnect_for:
                 raise LogReaderError(
                     f"the replication connection to {self._server} (slot {self._slot!r}) "
@@ -420,6 +490,47 @@ class PgLogReader:
         except (psycopg.Error, LogReaderError):
             pass  # closing anyway; the slot keeps the last position it was told
         self._drop_connection()
+
+
+def slot_holder_may_be_dying(
+    holder: SlotHolder | None, first_reply: float | None, waited: float, wait_for: float
+) -> bool:
+    """Whether to wait on for a slot another walsender holds: it may be one whose client is
+    gone. ``first_reply``: the holder's last reply when we first found the slot in use;
+    ``waited``: seconds since then; ``wait_for``: the most to wait.
+
+    A killed client's walsender ends within moments (its socket closes): the first
+    ``BUSY_GRACE_S`` are always waited. After that, a live client gives itself away by
+    replying (snapshotter's reader does every ``_FEEDBACK_INTERVAL_S``): a holder that replied
+    lately or since we began waiting is live, and waiting would only delay the error. One
+    silent for longer may be a walsender whose client vanished without closing the
+    connection (a network loss): the server ends it at wal_sender_timeout, so that is waited
+    for, up to ``wait_for``."""
+    if waited >= wait_for:
+        return False
+    if waited < BUSY_GRACE_S or holder is None:
+        return True
+    if holder.last_reply is None or holder.silent_s is None:
+        return False  # cannot be told (another role's walsender): say it at once
+    advanced = first_reply is not None and holder.last_reply > first_reply
+    return not advanced and holder.silent_s > SILENT_S
+
+
+def _connect_fix(exc: psycopg.Error) -> str:
+    """What to do about a replication connection the server refused."""
+    text = str(exc)
+    if exc.sqlstate == "28P01" or "password authentication failed" in text:
+        return "; check the user and password in source.url"
+    if "must be superuser or replication role" in text or exc.sqlstate == "42501":
+        return (
+            "; the role needs REPLICATION (ALTER ROLE ... REPLICATION, as a superuser); "
+            "`snapshotter init` checks every prerequisite"
+        )
+    if "pg_hba.conf" in text:
+        return "; pg_hba.conf must allow this user replication connections to the database"
+    if exc.sqlstate is None:
+        return "; check host and port in source.url and that the server is up"
+    return ""
 
 
 def _text(exc: BaseException) -> str:

@@ -30,6 +30,7 @@ from typing import IO, Any
 from signals.names import TableId
 from snapshotter import faults
 from snapshotter.core.events import ChangeEvent
+from snapshotter.errors import disk_error
 from snapshotter.sinks.base import Ack
 from snapshotter.sinks.encoding import (
     KeyMismatchError,
@@ -113,13 +114,19 @@ class JsonlSink:
             lines = [self._line(event, names) for event in events]
             data = "".join(lines).encode("utf-8")
             faults.failpoint("sink.flush", before=lambda: self._write_torn(data))
-            self._file.write(data)
+            try:
+                self._file.write(data)
+            except OSError as exc:
+                raise self._write_failed(exc) from exc
 
     def checkpoint(self) -> int:
         if self._file is None:
             raise JsonlSinkError(f"sink {self.path} is not open")
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        try:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        except OSError as exc:
+            raise self._write_failed(exc) from exc
         self._checkpoint_id += 1
         offset = self._file.tell()
         self._acks.append(Ack(self._checkpoint_id, {"path": str(self.path), "offset": offset}))
@@ -135,8 +142,16 @@ class JsonlSink:
         try:
             self.checkpoint()
         finally:
-            self._file.close()
-            self._file = None
+            file, self._file = self._file, None
+            try:
+                file.close()
+            except OSError as exc:  # what it still buffered was never acknowledged
+                raise self._write_failed(exc) from exc
+
+    def _write_failed(self, exc: OSError) -> JsonlSinkError:
+        """A failed write (a full disk) as an error naming the file. What was not
+        acknowledged is cut back and replayed on the next start, so nothing is lost."""
+        return JsonlSinkError(disk_error(exc, self.path, "the sink file", "[sink] path"))
 
     def _write_torn(self, data: bytes) -> None:
         """Fault suite: half the batch reaches the file (most often a torn line)."""

@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from signals.names import TableId
 from snapshotter import faults
+from snapshotter.config import kafka_setting_problem
 from snapshotter.core.events import ChangeEvent, Op
 from snapshotter.core.values import UNAVAILABLE_VALUE, RawJson
 from snapshotter.dialects.base import TableSchema
@@ -67,7 +68,8 @@ class KafkaSinkError(RuntimeError):
 
 
 def client_settings(client: type, settings: Mapping[str, Any]) -> dict[str, Any]:
-    """The settings a kafka-python client class knows (each client refuses unknown ones)."""
+    """The settings a kafka-python client class knows (each client refuses unknown ones;
+    the config refuses a setting that no client knows)."""
     known = getattr(client, "DEFAULT_CONFIG", {})
     return {k: v for k, v in settings.items() if k in known}
 
@@ -127,6 +129,11 @@ class KafkaSink:
         self._schemas = schemas
         self._json_text = json_as_text
         self._settings = dict(settings or {})
+        # Checked at config load too; here for sinks built in code: a setting no client knows
+        # (a misspelt security_protocol) must never be dropped silently.
+        problems = [p for p in map(kafka_setting_problem, self._settings) if p]
+        if problems:
+            raise KafkaSinkError(f"[sink] kafka: {'; '.join(problems)}")
         self._producer: Any = None
         self._admin: Any = None
         self._topics: dict[TableId, _Topic] = {}

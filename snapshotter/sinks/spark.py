@@ -11,13 +11,16 @@ Rows never pass through Python into Spark one by one: the engine writes Arrow ta
 pyarrow, and Spark reads the staged files in bulk.
 
 * The stream does not wait for Spark: staging is local and takes milliseconds; Spark starts
-  and lands on its own thread (only batches left staged by the last run are landed before
-  the stream starts). Backpressure: when more than ``max_staged_bytes`` are staged and not yet
-  landed, ``checkpoint`` waits for the lander (the engine then reads no further log).
+  and lands on its own thread. Backpressure: when more than ``max_staged_bytes`` are staged
+  and not yet landed, ``checkpoint`` waits for the lander (the engine then reads no further
+  log).
 * Durability: the state records a batch (``{"staged": N}``) only after its files are fsynced
   and renamed into place, so it never records what was not staged. On restart, batches staged
-  after the recorded one are dropped (the log replays their events); batches up to it are
-  landed, before anything else, again if need be: landing is idempotent.
+  after the recorded one are dropped (the log replays their events); batches up to it head
+  the lander's queue and are landed first, in order, again if need be (landing is
+  idempotent), while the stream goes on: batches staged by this run queue behind them, so
+  landing order stays log order. A crash before they land leaves them staged and recorded,
+  to be landed on the next start.
 * A landing that fails is retried; one that keeps failing stops the engine with the error
   (everything staged stays staged and is landed on the next start).
 """
@@ -36,6 +39,7 @@ from signals.names import TableId
 from snapshotter.config import Config
 from snapshotter.core.events import ChangeEvent
 from snapshotter.dialects.base import TableSchema
+from snapshotter.errors import disk_error, is_disk_full
 from snapshotter.landing.lander import Landed, Lander, LandingError, landed_tables
 from snapshotter.landing.staging import StagedBatch, StagingArea
 from snapshotter.landing.types import events_to_landed, unknown_columns
@@ -143,11 +147,15 @@ class SparkSink:
             )
         waiting = self._staging.batches()
         if waiting:
-            # Before anything else: what the state recorded must land first, in order. (Else
-            # Spark starts on the lander's thread: the stream need not wait for it.)
-            self._lander = self._open_lander()
-            log.info("landing %d staged batch(es) left by the last run", len(waiting))
-            self._land_now(waiting)
+            # Recorded by the state, so durable: they head the lander's queue and land first,
+            # in order, while the stream goes on (newer batches queue behind them). Their
+            # bytes count toward max_staged_bytes like any staged batch.
+            log.info(
+                "%d staged batch(es) left by the last run land first, beside the stream",
+                len(waiting),
+            )
+            self._queue.extend(waiting)
+            self._staged_bytes += sum(b.bytes for b in waiting)
         self._seq = recorded
         self._thread = threading.Thread(target=self._run_lander, name="lander", daemon=True)
         self._thread.start()
@@ -234,7 +242,13 @@ class SparkSink:
                 raise SparkSinkError(f"no key columns known for {table}: cannot land it")
             schema = self._schema(table, table_events)
             tables.append((table, keys, events_to_landed(schema, keys, table_events, seq)))
-        batch = self._staging.stage(seq, tables)
+        try:
+            batch = self._staging.stage(seq, tables)
+        except OSError as exc:  # nothing was recorded: the log replays these events
+            where = self._staging.directory
+            raise SparkSinkError(
+                disk_error(exc, where, "the staging directory", "[sink] staging")
+            ) from exc
         self._seq = seq
         with self._cond:
             self._queue.append(batch)
@@ -271,6 +285,13 @@ class SparkSink:
             except LandingError as exc:
                 raise SparkSinkError(f"landing failed: {exc}") from exc
             except Exception as exc:
+                if is_disk_full(exc) or "No space left on device" in _first_line(exc):
+                    raise SparkSinkError(
+                        f"Spark ran out of disk space landing batches {batches[0].seq}.."
+                        f"{batches[-1].seq} into {self._root}: free space there and in Spark's "
+                        "local dir (spark.local.dir, default /tmp), then run `snapshotter "
+                        "resume`; the batches stay staged and are landed then"
+                    ) from exc
                 if attempt == LAND_ATTEMPTS:
                     raise SparkSinkError(
                         f"landing batches {batches[0].seq}..{batches[-1].seq} failed "

@@ -486,8 +486,15 @@ def test_postgres_delete_under_default_replica_identity(
     absent NOT NULL column t as null."""
     cap = kafka_capture(capture, kafka_bootstrap, schemas)
     cap.sql(f"CREATE TABLE {cap.schema}.keyed (id integer PRIMARY KEY, t text NOT NULL)")
+    # A snapshot needs FULL (TOAST-able t: refused otherwise); the delete comes after DEFAULT.
+    cap.sql(f"ALTER TABLE {cap.schema}.keyed REPLICA IDENTITY FULL")
     cap.sql(f"INSERT INTO {cap.schema}.keyed VALUES (1, 'one'), (2, 'two')")
-    snapshot_then_change(cap, "keyed", "DELETE FROM {s}.keyed WHERE id = 2")
+    snapshot_then_change(
+        cap,
+        "keyed",
+        "ALTER TABLE {s}.keyed REPLICA IDENTITY DEFAULT",
+        "DELETE FROM {s}.keyed WHERE id = 2",
+    )
     by_op = converted(cap, kafka_bootstrap, connect_read, schemas, "keyed")
     assert counts(by_op) == {"r": 2, "d": 1, "tombstone": 1}
     before = row_of(by_op["d"][0], "before")
@@ -514,12 +521,19 @@ def test_postgres_unchanged_toasted_bytea(
     without as the text. Read back (verify), the row keeps the value it had."""
     cap = kafka_capture(capture, kafka_bootstrap, schemas)
     cap.sql(f"CREATE TABLE {cap.schema}.toasted (id integer PRIMARY KEY, note text, blob bytea)")
+    # A snapshot needs FULL (refused otherwise); the update comes after DEFAULT.
+    cap.sql(f"ALTER TABLE {cap.schema}.toasted REPLICA IDENTITY FULL")
     # 4800 random bytes: incompressible, so stored out of line (TOAST)
     cap.sql(
         f"INSERT INTO {cap.schema}.toasted SELECT 1, 'old', decode(string_agg(md5(random()::text)"
         ", ''), 'hex') FROM generate_series(1, 300)"
     )
-    snapshot_then_change(cap, "toasted", "UPDATE {s}.toasted SET note = 'new' WHERE id = 1")
+    snapshot_then_change(
+        cap,
+        "toasted",
+        "ALTER TABLE {s}.toasted REPLICA IDENTITY DEFAULT",
+        "UPDATE {s}.toasted SET note = 'new' WHERE id = 1",
+    )
     by_op = converted(cap, kafka_bootstrap, connect_read, schemas, "toasted")
     assert counts(by_op) == {"r": 1, "u": 1}
     (blob,) = cap.sql(f"SELECT blob FROM {cap.schema}.toasted")[0]

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.integration
 def _table(cap: Capture, rows: int = 50) -> str:
     with psycopg.connect(cap.url, autocommit=True) as conn:
         conn.execute(f'CREATE TABLE "{cap.schema}".t (id int PRIMARY KEY, v text)')
+        conn.execute(f'ALTER TABLE "{cap.schema}".t REPLICA IDENTITY FULL')  # TOAST-able v
         conn.execute(
             f"INSERT INTO \"{cap.schema}\".t SELECT g, 'v' || g FROM generate_series(1, {rows}) g"
         )
@@ -85,7 +86,7 @@ def test_unreachable_brokers_are_named_in_the_error(capture: Any, tmp_path: Path
     cap: Capture = capture(
         sink="kafka",
         kafka_bootstrap=bootstrap,
-        kafka_settings="{api_version_auto_timeout_ms = 3000, request_timeout_ms = 3000}",
+        kafka_settings="{bootstrap_timeout_ms = 3000, request_timeout_ms = 3000}",
     )
     message = _failure_of_a_snapshot(cap)
     assert f"cannot reach the Kafka brokers at {bootstrap}" in message, message
@@ -103,6 +104,7 @@ def test_topics_are_named_after_the_source_and_keys_keep_their_partition(
     tag = uuid.uuid4().hex[:6]
     with psycopg.connect(cap.url, autocommit=True) as conn:
         conn.execute(f'CREATE TABLE "{cap.schema}".c (b text, a int, v int, PRIMARY KEY (a, b))')
+        conn.execute(f'ALTER TABLE "{cap.schema}".c REPLICA IDENTITY FULL')  # TOAST-able b
         conn.execute(
             f"INSERT INTO \"{cap.schema}\".c SELECT '{tag}' || g, g, 0 "
             "FROM generate_series(1, 300) g"

@@ -321,7 +321,7 @@ def test_the_verify_command_on_the_spark_sink(
     landing.snapshot(typed)
     config = str(write_config(tmp_path, pg_url, pg_schema))
 
-    assert cli.main(["verify", "-c", config]) == 0  # every table: landed or selected
+    assert cli.main(["verify", "-c", config]) == 0  # every table source.tables selects
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(" (")[0] for line in lines] == [
         f"{pairs}: converged: 45 rows match",
@@ -340,7 +340,7 @@ def test_the_verify_command_on_the_spark_sink(
     ]
 
     run(pg_engine, f"DROP TABLE {pg_schema}.typed")
-    assert cli.main(["verify", "-c", config]) == 1
+    assert cli.main(["verify", "-c", config, str(typed)]) == 1  # named: gone at the source
     out = capsys.readouterr().out
     assert f"{typed}: error: " in out and "landed under" in out
 

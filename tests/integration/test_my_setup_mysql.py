@@ -108,7 +108,7 @@ def test_check_prerequisites_refuses_the_servers_own_id(
     problems = my_setup.check_prerequisites(my_setup_engine, client_server_id=facts.server_id)
     assert [p.severity for p in problems if "server_id" in p.what] == ["error"]
     assert my_setup.check_prerequisites(my_setup_engine, client_server_id=None) == (
-        my_setup.check(facts, client_server_id=None)
+        my_setup.check(facts, client_server_id=None) + my_setup.filter_reach(facts)
     )
 
 

@@ -1,13 +1,11 @@
 """The MySQL / MariaDB dialect on a real server: catalog and keys, the chunk query's plan,
 paging under a case- and accent-insensitive PAD SPACE collation, filters, and the value
 model: a READ row and the binlog row of the same stored row must be equal, Python types
-included, for every column type snapshotter supports.
-
-Where they are not equal today the case is a strict xfail whose reason says why (MariaDB
-10.11, mysql-replication 1.0.17): an empty VARBINARY/BLOB (str '' in the binlog), a
-negative TIME with a fraction (mysql-replication decodes the fraction wrongly), BINARY(n)
-values with trailing 0x00 (stripped in the binlog), MariaDB's UUID/INET6/INET4 (binary in
-the binlog), YEAR 0000 (1900 in the binlog) and zero dates (the chunk read fails).
+included, for every column type snapshotter supports (MariaDB 10.11, mysql-replication
+1.0.17: ``my_types`` corrects an empty VARBINARY/BLOB, str '' in the binlog; a negative TIME
+with a fraction, decoded wrongly; BINARY(n) values, their trailing 0x00 cut in the binlog;
+MariaDB's UUID/INET6/INET4, binary in the binlog; YEAR 0000, 1900 in the binlog; zero
+dates, text from pymysql and None in the binlog).
 """
 
 from __future__ import annotations
@@ -87,6 +85,7 @@ def binlog_items(
         "test",
         captured=lambda t: t == table,
         key_columns=lambda t: dialect.describe(t).primary_key,
+        column_types=dialect.catalog_types,
     )
     reader = BinlogLogReader(
         dialect.connect_args(),
@@ -313,20 +312,7 @@ def test_catalog_type_families_equal_the_binlog_table_shape(
 
 
 # Where a READ row and the binlog row of the same stored row cannot be equal today.
-MATRIX_XFAIL = {
-    "empty_binary": (
-        "an empty VARBINARY/BLOB is bytes b'' in a READ row but str '' in the binlog row: "
-        "mysql-replication 1.0.17 (RowsEvent.__read_string) decodes binary-charset strings "
-        "with bytes.decode('binary'), which raises LookupError (caught: the bytes are kept) "
-        "except for b'', which CPython turns into '' without looking the codec up; "
-        "my_types.binlog_converter has no converter for binary-charset string columns"
-    ),
-    "negative_fractional_time": (
-        "mysql-replication 1.0.17 (RowsEvent.__read_time2) takes the two's complement of "
-        "the integer bytes of a negative TIME2 but adds the fractional bytes as stored: "
-        "TIME(6) '-01:02:03.25' arrives as -01:02:03.75"
-    ),
-}
+MATRIX_XFAIL: dict[str, str] = {}
 
 
 @pytest.mark.parametrize(
@@ -385,16 +371,6 @@ def test_read_row_equals_binlog_row(
     assert typed_row(dict(event.after)) == typed_row(read)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "BINARY(n) values shorter than n: the chunk SELECT returns them padded with 0x00 "
-        "(b'ab\\x00\\x00'), the binlog row image carries them with trailing 0x00 stripped "
-        "(b'ab'), and my_types.binlog_converter does not pad them back; as a key this makes "
-        "a READ row and the log events of the same row different keys"
-    ),
-)
 def test_binary_n_read_row_and_key_equal_binlog_row(
     dialect: MySqlDialect, mysql_engine: sa.Engine, mysql_db: str
 ) -> None:
@@ -419,11 +395,6 @@ def test_binary_n_read_row_and_key_equal_binlog_row(
 
 
 # Types beyond the matrix: (column definition, SQL literal, why READ and binlog differ today).
-_MARIADB_TYPE = (
-    "MariaDB's {0} is text in a READ row ({1!r}) but the binlog carries its binary form "
-    "({2}) and mysql-replication hands over bytes; my_types maps it to a string family "
-    "(family_code 'uuid'/'inet6'/'inet4' -> STRING, arrow string) with no binlog converter"
-)
 MORE_TYPES: dict[str, tuple[str, str, str | None]] = {
     "tinyint_unsigned": ("tinyint unsigned", "255", None),
     "smallint": ("smallint", "-32768", None),
@@ -444,32 +415,18 @@ MORE_TYPES: dict[str, tuple[str, str, str | None]] = {
     "point": ("point", "POINT(1, 2)", None),
     "float_denormal": ("float", "1e-45", None),
     "enum_invalid_empty": ("enum('a','b')", "'c'", None),  # non-strict mode stores ''
-    "uuid": (
-        "uuid",
-        "'123e4567-e89b-12d3-a456-426614174000'",
-        _MARIADB_TYPE.format("UUID", "123e4567-...", "16 bytes"),
-    ),
-    "inet6": ("inet6", "'2001:db8::1'", _MARIADB_TYPE.format("INET6", "2001:db8::1", "16 bytes")),
-    "inet4": ("inet4", "'10.1.2.3'", _MARIADB_TYPE.format("INET4", "10.1.2.3", "4 bytes")),
-    "year_0": (
-        "year",
-        "0",
-        "YEAR 0000 is 0 in a READ row but 1900 in the binlog row: mysql-replication 1.0.17 "
-        "decodes YEAR as byte + 1900 without the zero case",
-    ),
-    "zero_date": (
-        "date",
-        "'0000-00-00'",
-        "a zero DATE (allowed without NO_ZERO_DATE) comes from pymysql as the str "
-        "'0000-00-00', and read_chunk's _to_arrow raises pyarrow ArrowTypeError for the "
-        "date32 column (the binlog row has None)",
-    ),
-    "zero_datetime": (
-        "datetime",
-        "'0000-00-00 00:00:00'",
-        "a zero DATETIME comes from pymysql as a str, and read_chunk's _to_arrow raises "
-        "pyarrow ArrowTypeError for the timestamp column (the binlog row has None)",
-    ),
+    "uuid": ("uuid", "'123e4567-e89b-12d3-a456-426614174000'", None),
+    "uuid_trailing_zeros": ("uuid", "'12345678-0000-1000-8000-000000000000'", None),
+    "inet6": ("inet6", "'2001:db8::1'", None),
+    "inet6_zero": ("inet6", "'::'", None),
+    "inet6_mapped": ("inet6", "'::ffff:10.1.2.3'", None),
+    "inet4": ("inet4", "'10.1.2.3'", None),
+    "inet4_trailing_zero": ("inet4", "'10.0.0.0'", None),
+    "year_0": ("year", "0", None),
+    "zero_date": ("date", "'0000-00-00'", None),
+    "zero_datetime": ("datetime", "'0000-00-00 00:00:00'", None),
+    "zero_timestamp": ("timestamp NULL", "'0000-00-00 00:00:00'", None),
+    "date_zero_day": ("date", "'2024-01-00'", None),
 }
 
 

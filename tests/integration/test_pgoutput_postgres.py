@@ -86,7 +86,8 @@ class Scenario:
 
 def _reference_row(url: str, table: TableId, oids: dict[str, int], id_: int) -> dict[str, Any]:
     """The row as the chunk SELECT loads it: natively loaded types as themselves, every other
-    type cast to text, both through the shared loaders."""
+    type as the text of its output function (``pg_types.OUTPUT_TEXT``), both through the
+    shared loaders."""
     with psycopg.connect(url, context=pg_types.LoadContext()) as conn:
         out = {}
         for name, oid in oids.items():
@@ -94,7 +95,7 @@ def _reference_row(url: str, table: TableId, oids: dict[str, int], id_: int) -> 
             expr = (
                 column
                 if pg_types.loaded_natively(oid)
-                else sql.SQL("CAST({} AS text)").format(column)
+                else sql.SQL(pg_types.OUTPUT_TEXT).format(column)
             )
             # The LoadContext map has loaders only (no dumpers): no query parameters.
             query = sql.SQL("SELECT {} FROM {}.{} WHERE id = {}").format(

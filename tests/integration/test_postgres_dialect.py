@@ -84,6 +84,8 @@ def test_describe_columns_types_and_composite_key_order(
         f"CREATE DOMAIN {pg_schema}.posint AS integer CHECK (VALUE > 0)",
         f"CREATE TABLE {pg_schema}.t (a int NOT NULL, b text NOT NULL, amount numeric(12,2), "
         f"at timestamptz, n {pg_schema}.posint, doc jsonb, PRIMARY KEY (b, a))",
+        # TOAST-able columns: a snapshot needs FULL (refused otherwise: test_toast_identity)
+        f"ALTER TABLE {pg_schema}.t REPLICA IDENTITY FULL",
     )
     schema = dialect.describe(TableId(pg_schema, "t"))
     assert schema.table == TableId(pg_schema, "t")
@@ -590,6 +592,7 @@ def test_prerequisites_on_the_dev_server(pg_engine: sa.Engine, pg_schema: str) -
     assert docs.fix == f"ALTER TABLE {pg_schema}.docs REPLICA IDENTITY FULL;"
     assert "unchanged" in docs.what and "TOAST" in docs.what
     assert "__debezium_unavailable_value" in docs.what
+    assert f"execute-snapshot of {pg_schema}.docs is refused" in docs.what
     nokey = errors[f"{pg_schema}.nokey needs REPLICA IDENTITY FULL"]
     assert "no primary key" in nokey.what
     # Replica identity is per partition (not inherited); the fix quotes the mixed case.

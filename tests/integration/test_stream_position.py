@@ -95,6 +95,7 @@ def create_items(cap: Capture, rows: int = ROWS) -> str:
             cap.sql(f"INSERT INTO `{cap.schema}`.items VALUES {values}")
     else:
         cap.sql(f'CREATE TABLE "{cap.schema}".items (id int PRIMARY KEY, v text)')
+        cap.sql(f'ALTER TABLE "{cap.schema}".items REPLICA IDENTITY FULL')  # TOAST-able v
         cap.sql(
             f"INSERT INTO \"{cap.schema}\".items SELECT g, 'v' || g "
             f"FROM generate_series(1, {rows}) g"

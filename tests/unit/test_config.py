@@ -75,7 +75,7 @@ def test_an_override_can_supply_a_missing_required_key() -> None:
         (MINIMAL + "tables = ['public.[bad']\n", {}, "source.tables"),
         (MINIMAL + 'slot = "Bad-Slot"\n', {}, "source.slot"),
         (MINIMAL + 'publication = "a,b"\n', {}, "source.publication"),
-        (MINIMAL + "colour = 1\n", {}, "source.colour: Extra inputs are not permitted"),
+        (MINIMAL + "colour = 1\n", {}, "source.colour: unknown key"),
         (MINIMAL.replace("postgresql://u:p@h:5432/shop", "${NOPE}"), {}, "NOPE is not set"),
         (MINIMAL, {"SNAPSHOTTER_SOURCE_CHUNK_SIZE": "many"}, "source.chunk_size"),
         (MINIMAL + '[sink]\nkind = "parquet"\n', {}, "sink.kind"),

@@ -108,7 +108,7 @@ def test_json_columns_takes_only_known_modes() -> None:
 def test_extra_client_settings_are_accepted() -> None:
     text = KAFKA + (
         'kafka = {security_protocol = "SASL_SSL", sasl_mechanism = "PLAIN", '
-        'linger_ms = 5, compression_type = "gzip", api_version_auto_timeout_ms = 2.5, '
+        'linger_ms = 5, compression_type = "gzip", bootstrap_timeout_ms = 2500, '
         "ssl_check_hostname = false}\n"
     )
     assert parse(text).sink.kafka == {
@@ -116,7 +116,7 @@ def test_extra_client_settings_are_accepted() -> None:
         "sasl_mechanism": "PLAIN",
         "linger_ms": 5,
         "compression_type": "gzip",
-        "api_version_auto_timeout_ms": 2.5,
+        "bootstrap_timeout_ms": 2500,
         "ssl_check_hostname": False,
     }
 

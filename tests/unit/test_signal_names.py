@@ -115,7 +115,6 @@ def test_patterns(text):
     assert isinstance(selector, TablePattern)
     assert selector.pattern == text
     assert str(selector) == text
-    assert selector.regex.pattern == text
 
 
 def test_pattern_is_stripped():

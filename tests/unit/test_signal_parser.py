@@ -628,10 +628,11 @@ def test_error_str_names_id_type_and_problem():
 @pytest.mark.parametrize(
     "data",
     [
-        "[" * 100_000 + "]" * 100_000,
-        '{"message": ' + "[" * 100_000 + "]" * 100_000 + "}",
-        '{"a": ' * 100_000 + "1" + "}" * 100_000,
-        "[" * 100_000,
+        # Deeper than the JSON decoder recurses, within the data size limit.
+        "[" * 30_000 + "]" * 30_000,
+        '{"message": ' + "[" * 30_000 + "]" * 30_000 + "}",
+        '{"a": ' * 9_000 + "1" + "}" * 9_000,
+        "[" * 60_000,
     ],
 )
 def test_deeply_nested_json_is_an_error_not_a_crash(data):

@@ -231,7 +231,7 @@ def _with_first_snapshot(**changes: Any) -> str:
         _with_first_snapshot(max_key=[{"type": ["int"], "value": 1}]),
         _with_first_snapshot(max_key=[{"type": "uuid", "value": 5}]),
         _with_first_snapshot(last_read_key=[{"type": "timestamptz", "value": "2024-01-01"}]),
-        _with_first_snapshot(last_read_key=[{"type": "float", "value": "nan"}]),
+        _with_first_snapshot(last_read_key=[{"type": "float", "value": "-nan"}]),
         _with_first_snapshot(max_key=[5]),
         _with_first_snapshot(extra="field"),
         _with_first_snapshot(signal_id=None),

@@ -1,0 +1,185 @@
+"""Unknown keys are refused everywhere: in the file (with the nearest key), inside
+``[sink] kafka`` (checked against kafka-python's clients), and in ``SNAPSHOTTER_*``
+variables (the rule in snapshotter/config.py's docstring); a source URL that cannot be used
+is said at load, never with its password."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from snapshotter.config import (
+    KAFKA_OBJECT_SETTINGS,
+    KAFKA_RESERVED,
+    Config,
+    ConfigError,
+    kafka_client_settings,
+    parse_config,
+)
+
+SOURCE = """
+[source]
+kind = "postgres"
+url = "postgresql://u:Secret-pw1@h:5432/shop"
+"""
+KAFKA = SOURCE + '[sink]\nkind = "kafka"\nbootstrap_servers = "k:9092"\n'
+
+
+def parse(text: str, environ: dict[str, str] | None = None) -> Config:
+    return parse_config(text, "my.toml", base_dir=Path("/etc/snap"), environ=environ or {})
+
+
+def refused(text: str, environ: dict[str, str] | None = None) -> str:
+    with pytest.raises(ConfigError) as info:
+        parse(text, environ)
+    message = str(info.value)
+    assert message.startswith("my.toml: ")
+    assert "Secret-pw1" not in message
+    return message
+
+
+# --- [sink] kafka ---------------------------------------------------------------------------
+
+
+def test_a_misspelt_client_setting_is_refused_with_the_nearest() -> None:
+    message = refused(KAFKA + 'kafka = {security_protocl = "SASL_SSL"}\n')
+    assert "sink.kafka: security_protocl: not a kafka-python client setting" in message
+    assert "(did you mean security_protocol?)" in message
+
+
+def test_settings_of_any_client_are_accepted() -> None:
+    # producer (linger_ms), consumer only (fetch_max_bytes), all (security_protocol)
+    text = KAFKA + 'kafka = {linger_ms = 5, fetch_max_bytes = 1000, security_protocol = "SSL"}\n'
+    assert parse(text).sink.kafka["fetch_max_bytes"] == 1000
+
+
+def test_object_settings_are_refused() -> None:
+    assert "takes a Python object" in refused(KAFKA + 'kafka = {selector = "x"}\n')
+
+
+def test_the_known_settings_are_kafka_pythons() -> None:
+    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+
+    known = kafka_client_settings()
+    for client in (KafkaProducer, KafkaAdminClient, KafkaConsumer):
+        assert set(client.DEFAULT_CONFIG) <= known
+    assert known >= KAFKA_OBJECT_SETTINGS
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from(sorted(kafka_client_settings() - KAFKA_RESERVED - KAFKA_OBJECT_SETTINGS)))
+def test_every_settable_client_setting_is_accepted(name: str) -> None:
+    assert name in parse(KAFKA + f"kafka = {{{name} = 1}}\n").sink.kafka
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.from_regex(r"[a-z][a-z_]{2,30}", fullmatch=True))
+def test_an_unknown_name_is_refused(name: str) -> None:
+    if name in kafka_client_settings():
+        return
+    message = refused(KAFKA + f"kafka = {{{name} = 1}}\n")
+    assert f"{name}: not a kafka-python client setting" in message or "set by the sink" in message
+
+
+def test_a_sink_built_in_code_refuses_them_too() -> None:
+    from snapshotter.sinks.kafka import KafkaSink, KafkaSinkError
+
+    with pytest.raises(KafkaSinkError, match="security_protocl: not a kafka-python"):
+        KafkaSink(
+            bootstrap_servers="k:9092",
+            topic_prefix="p",
+            key_columns=lambda table: ("id",),
+            settings={"security_protocl": "SSL"},
+        )
+
+
+# --- unknown keys in the file ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (SOURCE + "chunk_sise = 10\n", "source.chunk_sise: unknown key (did you mean chunk_size?)"),
+        (SOURCE + "[stat]\ndir = 'x'\n", "stat: unknown key (did you mean state?)"),
+        (SOURCE + "[sink]\npth = 'x'\n", "sink.pth: unknown key (did you mean path?)"),
+        (SOURCE + "zzz = 1\n", "source.zzz: unknown key"),
+    ],
+)
+def test_unknown_keys_in_the_file(text: str, expected: str) -> None:
+    assert expected in refused(text)
+
+
+# --- SNAPSHOTTER_* variables ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("var", "expected"),
+    [
+        ("SNAPSHOTTER_SOURCE_CHUNKSIZE", "did you mean SNAPSHOTTER_SOURCE_CHUNK_SIZE?"),
+        ("SNAPSHOTTER_SINK_BOOTSTRAP", "did you mean SNAPSHOTTER_SINK_BOOTSTRAP_SERVERS?"),
+        ("SNAPSHOTTER_STATE_DIRECTORY", "[state] has no key 'directory'"),
+        ("SNAPSHOTTER_SORUCE_URL", "did you mean SNAPSHOTTER_SOURCE_URL?"),
+        ("SNAPSHOTTER_SPRAK_MASTER", "did you mean SNAPSHOTTER_SPARK_MASTER?"),
+    ],
+)
+def test_a_misspelt_variable_is_refused(var: str, expected: str) -> None:
+    message = refused(SOURCE, {var: "1"})
+    assert f"environment variable {var}" in message and expected in message
+
+
+@pytest.mark.parametrize(
+    "var",
+    [
+        "SNAPSHOTTER_PG_URL",
+        "SNAPSHOTTER_MYSQL_URL",
+        "SNAPSHOTTER_KAFKA_BOOTSTRAP",
+        "SNAPSHOTTER_FAULTS",
+        "SNAPSHOTTER_FAULT_SEEDS",
+        "SNAPSHOTTER_SERVICES_DIR",
+        "SNAPSHOTTER_JARS",
+        "SNAPSHOTTER_VENV",
+        "SNAPSHOTTER_UNRELATED",
+    ],
+)
+def test_the_projects_own_variables_are_not_configuration(var: str) -> None:
+    assert parse(SOURCE, {var: "anything"}).source.chunk_size == 4096
+
+
+def test_a_referenced_variable_is_only_a_reference() -> None:
+    text = SOURCE.replace("u:Secret-pw1@", "u:${SNAPSHOTTER_SOURCE_PASSWORD}@")
+    config = parse(text, {"SNAPSHOTTER_SOURCE_PASSWORD": "pw"})
+    assert config.source.url == "postgresql://u:pw@h:5432/shop"
+
+
+def test_a_variable_sets_nested_client_settings_checked_too() -> None:
+    message = refused(KAFKA, {"SNAPSHOTTER_SINK_KAFKA": '{sasl_mechansim = "PLAIN"}'})
+    assert "did you mean sasl_mechanism?" in message
+
+
+# --- source.url -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "url", "expected"),
+    [
+        ("mysql", "mysql://u:Secret-pw1@h:3306", "names no database"),
+        ("mysql", "mysql://u:Secret-pw1@h:3306/", "names no database"),
+        ("postgres", "postgresql://u:Secret-pw1@h:port/db", "its port is not a number"),
+        ("postgres", "not a url Secret-pw1", "cannot be parsed (not a URL"),
+    ],
+)
+def test_an_unusable_url_is_said_without_its_password(kind: str, url: str, expected: str) -> None:
+    message = refused(f'[source]\nkind = "{kind}"\nurl = "{url}"\n')
+    assert "source.url: " in message and expected in message
+    assert "USER:PASSWORD@HOST:PORT/DATABASE" in message
+
+
+def test_a_url_from_the_environment_is_checked_too() -> None:
+    message = refused(
+        '[source]\nkind = "mysql"\nurl = "mysql://u@h/db"\n',
+        {"SNAPSHOTTER_SOURCE_URL": "mysql://u:Secret-pw1@h"},
+    )
+    assert "names no database" in message
