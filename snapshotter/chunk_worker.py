@@ -18,7 +18,6 @@ import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from signals.model import WatermarkKind
 from signals.names import TableId
@@ -67,8 +66,6 @@ class ChunkTask:
     upto: Key
     condition: str | None
     limit: int
-    # Turns buffered rows into event rows (on this thread, at fill): dialect-specific.
-    convert: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
 
 @dataclass
@@ -252,7 +249,7 @@ class ChunkWorker:
         # Rule 3: the buffer is complete before the close watermark is written. The engine
         # can only see the close watermark after that write commits, so it always finds the
         # rows in the window (fill refuses rows for a window that already closed).
-        window.fill(chunk.rows, chunk.visibility, task.convert)
+        window.fill(chunk.rows, chunk.visibility)
         _run(hooks.after_read, task)
         # With the window's secret token: a close row without it is not the engine's own
         # (core.window: forged watermark rows).

@@ -70,7 +70,7 @@ from snapshotter.dialects.base import Dialect, TableSchema
 from snapshotter.faults import failpoint
 from snapshotter.logs.base import Change, Commit, LogItem, LogReader, Notice, Progress, TableShape
 from snapshotter.signal_cleanup import WatermarkCleanup
-from snapshotter.sinks.base import Sink
+from snapshotter.sinks.base import Sink, SinkItem
 from snapshotter.state_store import StateStore
 
 log = logging.getLogger("snapshotter.engine")
@@ -213,7 +213,7 @@ class Engine:
         self._last_progress_request = 0.0
         self._in_txn = False  # a transaction's changes are being handed over
         # Events on their way to the sink, in order; written in batches (one call per read).
-        self._out: list[ChangeEvent] = []
+        self._out: list[SinkItem] = []
         # Transient source failures of the snapshot side (see SOURCE_RETRY_FOR_S).
         self._retry_for = SOURCE_RETRY_FOR_S if retry_for is None else retry_for
         self._last_failure = 0.0
@@ -678,7 +678,6 @@ class Engine:
             upto=progress.max_key,
             condition=progress.filter,
             limit=self._source.chunk_size,
-            convert=run.convert,
         )
         # Rule 1: register the window before the worker writes its open watermark.
         self._windows[window_id] = _Flight(task)
@@ -890,7 +889,7 @@ class Engine:
         failpoint("window.close")
         # Rule 5: the close watermark is an output barrier: the survivors go to the sink now,
         # before the engine handles any log item after the watermark.
-        self._out.extend(batch.events(event.source, _now_ms()))
+        self._out.append(batch.stamped(event.source, _now_ms(), run.convert))
         progress.chunk_done(
             last_key=batch.last_key,
             selected=batch.selected,

@@ -23,6 +23,9 @@ from __future__ import annotations
 import re
 from functools import total_ordering
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 _U64 = (1 << 64) - 1
 _TOKEN = re.compile(r"[0-9a-f]{16}(?:-[0-9a-f]{16})*")
 
@@ -103,3 +106,49 @@ class Position:
 
     def __str__(self) -> str:
         return self.token
+
+
+# --- READ row tokens, column-wise -----------------------------------------------------------
+#
+# A chunk's READ rows get ``<close token>-<row index as 16 hex digits>``. Formatting each index
+# in Python costs a string per row; instead the index is split into four 16-bit digits, each
+# looked up in a table of the 65,536 four-hex-digit strings and joined by Arrow, so a whole
+# chunk's tokens are built in a few vectorised calls.
+
+_HEX4: pa.Array | None = None
+_INDEX: pa.Array = pa.array([], type=pa.uint64())  # 0, 1, 2, ...: sliced, grown on demand
+
+
+def _hex4() -> pa.Array:
+    global _HEX4
+    if _HEX4 is None:
+        _HEX4 = pa.array([f"{i:04x}" for i in range(1 << 16)], type=pa.string())
+    return _HEX4
+
+
+def _indexes(count: int) -> pa.Array:
+    global _INDEX
+    if len(_INDEX) < count:
+        size = max(count, 2 * len(_INDEX), 1 << 16)
+        one = pa.scalar(1, type=pa.uint64())
+        _INDEX = pc.subtract(pc.cumulative_sum(pa.repeat(one, size)), one)
+    return _INDEX.slice(0, count)
+
+
+def read_tokens(close: Position, count: int) -> pa.Array:
+    """The tokens of READ rows ``0 .. count - 1`` at close watermark ``close``: equal to
+    ``close.read_row(i).token`` for each ``i``, as one Arrow string array."""
+    if count < 0:
+        raise PositionError(f"read row count {count} is negative")
+    if count == 0:
+        return pa.array([], type=pa.string())
+    index = _indexes(count)
+    table = _hex4()
+    # 16-bit digits above the largest index are "0000" for every row: part of the prefix.
+    used = max(1, ((count - 1).bit_length() + 15) // 16)
+    digits = [
+        table.take(pc.bit_wise_and(pc.shift_right(index, 16 * d), 0xFFFF))
+        for d in reversed(range(used))
+    ]
+    prefix = pa.scalar(close.token + "-" + "0000" * (4 - used), type=pa.string())
+    return pc.binary_join_element_wise(prefix, *digits, pa.scalar("", type=pa.string()))

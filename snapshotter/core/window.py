@@ -57,7 +57,7 @@ from signals.model import Watermark, WatermarkKind
 from signals.names import TableId
 from snapshotter.core.events import ChangeEvent, Op, SnapshotMarker, Source
 from snapshotter.core.keys import Key
-from snapshotter.core.position import Position
+from snapshotter.core.position import Position, read_tokens
 from snapshotter.core.values import RawJson
 from snapshotter.core.visibility import ReadVisibility
 
@@ -101,45 +101,78 @@ class WindowKeyError(ValueError):
     """A log key that does not fit the chunk's key columns (readers disagree on types)."""
 
 
+RowConvert = Callable[[dict[str, Any]], dict[str, Any]]
+
+
 @dataclass(frozen=True, slots=True)
 class ReadBatch:
-    """What a window emits at its close watermark."""
+    """What a window emits at its close watermark: the surviving chunk rows as one Arrow
+    table, never as per-row objects. Sinks that write in bulk (Spark, JSONL, Kafka, counting)
+    take the columns as they are; ``events`` builds per-row ``ChangeEvent`` objects only for
+    a consumer that truly needs rows one at a time, on whatever thread asks."""
 
     window_id: str
     table: TableId
     key_columns: tuple[str, ...]
-    rows: pa.Table  # the surviving chunk rows, in the chunk's key order
+    rows: pa.Table  # the surviving chunk rows, in the chunk's key order (Arrow storage types)
     position: Position  # the close watermark's position
     selected: int  # rows the chunk SELECT returned
     last_key: Key | None  # the last key the SELECT returned (None for an empty chunk)
     truncated: bool  # a TRUNCATE inside the window dropped everything
-    # The survivors as event rows (the value model), built when the chunk was buffered, off
-    # the stream's thread; in the same order as ``rows``.
-    row_dicts: list[dict[str, Any]]
+    # Set by the engine at the close watermark (``stamped``): the READ rows' ``source``
+    # template (the close watermark's, with this table and snapshot "incremental"), the
+    # envelope's ``ts_ms``, and the dialect's converter from Arrow storage values to the
+    # value model (JSON text to RawJson...; None: nothing to convert).
+    source: Source | None = None
+    ts_ms: int = 0
+    convert: RowConvert | None = None
 
     @property
     def dropped(self) -> int:
         survivors: int = self.rows.num_rows
         return self.selected - survivors
 
+    def __len__(self) -> int:
+        rows: int = self.rows.num_rows
+        return rows
+
     def row_position(self, index: int) -> Position:
         return self.position.read_row(index)
 
-    def events(self, close_source: Source, ts_ms: int) -> list[ChangeEvent]:
-        """The survivors as ``op: "r"`` events. ``close_source`` is the close watermark's.
-
-        This runs on the stream's thread at the close watermark (the output barrier), once
-        per READ row: the rows were converted at fill time, one Source template serves the
-        chunk, and events are assembled without re-validating what the template and the
-        chunk already guarantee (a READ row always has its key and an ``after`` row)."""
-        key_columns = self.key_columns
+    def stamped(self, close_source: Source, ts_ms: int, convert: RowConvert | None) -> ReadBatch:
+        """The batch as it goes to the sink: ``close_source`` is the close watermark's."""
         template = replace(close_source, table=self.table, snapshot=SnapshotMarker.INCREMENTAL)
+        return replace(self, source=template, ts_ms=ts_ms, convert=convert)
+
+    @property
+    def template(self) -> Source:
+        if self.source is None:
+            raise WindowOrderError(f"READ batch of window {self.window_id} was never stamped")
+        return self.source
+
+    def position_tokens(self) -> pa.Array:
+        """Each row's position token (``position.read_row(i).token``), built column-wise."""
+        return read_tokens(self.position, self.rows.num_rows)
+
+    def row_dicts(self) -> list[dict[str, Any]]:
+        """The rows in the value model, one dict per row (for consumers that need them)."""
+        dicts = self.rows.to_pylist()
+        convert = self.convert
+        return dicts if convert is None else [convert(row) for row in dicts]
+
+    def events(self) -> list[ChangeEvent]:
+        """The survivors as ``op: "r"`` events sharing the stamped source template. Built
+        without re-validating what the template and the chunk guarantee (a READ row always
+        has its key and an ``after`` row)."""
+        template = self.template
+        key_columns = self.key_columns
         fields = [(f, getattr(template, f)) for f in Source.__slots__ if f != "position"]
         new = object.__new__
         set_field = object.__setattr__
         read_row = self.position.read_row
+        ts_ms = self.ts_ms
         out: list[ChangeEvent] = []
-        for index, row in enumerate(self.row_dicts):
+        for index, row in enumerate(self.row_dicts()):
             source = new(Source)
             for name, value in fields:
                 set_field(source, name, value)
@@ -168,7 +201,6 @@ class ChunkWindow:
         self._dropped: set[Key] = set()
         self._truncated = False
         self.visibility: ReadVisibility | None = None
-        self._row_dicts: list[dict[str, Any]] = []
         # One secret per watermark row (see the module docstring).
         self._tokens = {kind: secrets.token_hex(16) for kind in WatermarkKind}
 
@@ -207,18 +239,10 @@ class ChunkWindow:
         self.phase = WindowPhase.OPEN
         self.opened_at = position
 
-    def fill(
-        self,
-        rows: pa.Table,
-        visibility: ReadVisibility | None = None,
-        convert: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-    ) -> None:
+    def fill(self, rows: pa.Table, visibility: ReadVisibility | None = None) -> None:
         """The chunk SELECT's complete result, in key order, and what its snapshot could not
-        see (kept for the close, where ``core.visibility`` decides what else is stale).
-
-        The rows are also turned into event rows here (``convert`` maps Arrow storage values,
-        e.g. JSON text, to the value model), so the work happens on the thread that read the
-        chunk, not on the stream's thread at the close watermark."""
+        see (kept for the close, where ``core.visibility`` decides what else is stale). The
+        rows stay Arrow: nothing is converted per row, on any thread."""
         if self._rows is not None:
             raise WindowOrderError(f"window {self.window_id} got a second chunk")
         if self.phase is WindowPhase.CLOSED:
@@ -230,8 +254,6 @@ class ChunkWindow:
         if missing:
             raise ValueError(f"chunk of {self.table} lacks key columns {missing}")
         self.visibility = visibility
-        dicts = rows.to_pylist()
-        self._row_dicts = dicts if convert is None else [convert(row) for row in dicts]
         self._rows = rows
 
     def observe(self, event: ChangeEvent) -> bool:
@@ -316,13 +338,11 @@ class ChunkWindow:
             else None
         )
         if self._truncated:
-            survivors, row_dicts = rows.slice(0, 0), []
+            survivors = rows.slice(0, 0)
         elif self._dropped and rows.num_rows:
-            kept = self._kept(rows)
-            survivors = rows.take(kept)
-            row_dicts = [self._row_dicts[i] for i in kept.to_pylist()]
+            survivors = rows.take(self._kept(rows))
         else:
-            survivors, row_dicts = rows, self._row_dicts
+            survivors = rows
         self._dropped.clear()
         return ReadBatch(
             window_id=self.window_id,
@@ -333,7 +353,6 @@ class ChunkWindow:
             selected=rows.num_rows,
             last_key=last_key,
             truncated=self._truncated,
-            row_dicts=row_dicts,
         )
 
     def _kept(self, rows: pa.Table) -> pa.Array:

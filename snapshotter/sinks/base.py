@@ -14,6 +14,23 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from snapshotter.core.events import ChangeEvent
+from snapshotter.core.window import ReadBatch
+
+# What the engine hands a sink, in log order: log events one by one, and each chunk's READ
+# rows as one columnar batch (at its close watermark's place in the log).
+SinkItem = ChangeEvent | ReadBatch
+
+
+def expand(items: Sequence[SinkItem]) -> list[ChangeEvent]:
+    """The items as per-row events (READ batches built into ``op: "r"`` events), for a sink
+    that writes rows one at a time."""
+    out: list[ChangeEvent] = []
+    for item in items:
+        if isinstance(item, ReadBatch):
+            out.extend(item.events())
+        else:
+            out.append(item)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,8 +45,9 @@ class Sink(Protocol):
         written after that acknowledged checkpoint."""
         ...
 
-    def write(self, events: Sequence[ChangeEvent]) -> None:
-        """Queue events, in order. Not durable until a checkpoint covering them is acked."""
+    def write(self, items: Sequence[SinkItem]) -> None:
+        """Queue log events and READ batches, in order. Not durable until a checkpoint
+        covering them is acked."""
         ...
 
     def checkpoint(self) -> int:

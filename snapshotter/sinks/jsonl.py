@@ -31,7 +31,7 @@ from signals.names import TableId
 from snapshotter import faults
 from snapshotter.core.events import ChangeEvent
 from snapshotter.errors import disk_error
-from snapshotter.sinks.base import Ack
+from snapshotter.sinks.base import Ack, SinkItem, expand
 from snapshotter.sinks.encoding import (
     KeyMismatchError,
     encode_json,
@@ -104,9 +104,10 @@ class JsonlSink:
         if created:
             self._fsync_dir()
 
-    def write(self, events: Sequence[ChangeEvent]) -> None:
+    def write(self, items: Sequence[SinkItem]) -> None:
         if self._file is None:
             raise JsonlSinkError(f"sink {self.path} is not open")
+        events = expand(items)
         if events:
             # Key names are asked for once per table and call, not cached for good: a table
             # whose primary key is altered gets the new names from the next batch on.

@@ -39,7 +39,7 @@ from snapshotter.core.events import ChangeEvent, Op
 from snapshotter.core.values import UNAVAILABLE_VALUE, RawJson
 from snapshotter.dialects.base import TableSchema
 from snapshotter.sinks import connect_schema
-from snapshotter.sinks.base import Ack
+from snapshotter.sinks.base import Ack, SinkItem, expand
 from snapshotter.sinks.encoding import KeyMismatchError, encode_key, encode_value
 
 log = logging.getLogger(__name__)
@@ -180,9 +180,10 @@ class KafkaSink:
         except KafkaError as exc:
             raise KafkaSinkError(self._unreachable(exc)) from None
 
-    def write(self, events: Sequence[ChangeEvent]) -> None:
+    def write(self, items: Sequence[SinkItem]) -> None:
         if self._producer is None:
             raise KafkaSinkError("the Kafka sink is not open")
+        events = expand(items)
         names: dict[TableId, tuple[str, ...]] = {}
         faults.failpoint("sink.flush", before=lambda: self._send_half(events))
         for event in events:

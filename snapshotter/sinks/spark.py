@@ -43,7 +43,7 @@ from snapshotter.errors import disk_error, is_disk_full
 from snapshotter.landing.lander import Landed, Lander, LandingError, landed_tables
 from snapshotter.landing.staging import StagedBatch, StagingArea
 from snapshotter.landing.types import events_to_landed, unknown_columns
-from snapshotter.sinks.base import Ack
+from snapshotter.sinks.base import Ack, SinkItem, expand
 
 log = logging.getLogger(__name__)
 
@@ -160,9 +160,9 @@ class SparkSink:
         self._thread = threading.Thread(target=self._run_lander, name="lander", daemon=True)
         self._thread.start()
 
-    def write(self, events: Sequence[ChangeEvent]) -> None:
+    def write(self, items: Sequence[SinkItem]) -> None:
         self._check()
-        self._events.extend(events)
+        self._events.extend(expand(items))
 
     def checkpoint(self) -> int:
         self._check()

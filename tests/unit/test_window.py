@@ -194,7 +194,7 @@ def test_truncate_drops_everything_and_later_events_do_not_resurrect() -> None:
     assert batch.truncated is True
     assert (batch.selected, batch.dropped, batch.last_key) == (3, 3, (3,))
     assert batch.rows.schema == chunk([]).schema
-    assert list(batch.events(src(SIGNALS, CLOSE_AT), ts_ms=0)) == []
+    assert batch.stamped(src(SIGNALS, CLOSE_AT), 0, None).events() == []
 
 
 def test_truncate_before_the_fill_drops_everything() -> None:
@@ -533,7 +533,7 @@ def test_read_events() -> None:
     close_source = Source(
         "postgresql", "srv", "db", SIGNALS, CLOSE_AT, ts_ms=77, details={"lsn": 5}
     )
-    events = list(batch.events(close_source, ts_ms=1234))
+    events = batch.stamped(close_source, 1234, None).events()
     assert [e.key for e in events] == [(1,), (3,), (4,)]
     assert [e.after for e in events] == [
         {"id": 1, "name": "row1"},
@@ -563,7 +563,7 @@ def test_read_event_keys_of_composite_keys_follow_key_column_order() -> None:
     rows = pa.table({"b": ["x", "y"], "a": [1, 2]})
     w = open_window(("a", "b"))
     w.fill(rows)
-    events = list(w.close(CLOSE_AT).events(src(SIGNALS, CLOSE_AT), ts_ms=0))
+    events = w.close(CLOSE_AT).stamped(src(SIGNALS, CLOSE_AT), 0, None).events()
     assert [e.key for e in events] == [(1, "x"), (2, "y")]
 
 
@@ -768,11 +768,17 @@ def test_drop_removes_stale_keys_only_while_open() -> None:
 
 def test_read_events_share_the_close_source_and_convert_rows() -> None:
     w = open_window()
-    w.fill(chunk([4, 5, 6]), convert=lambda row: {**row, "name": row["name"].upper()})
+    w.fill(chunk([4, 5, 6]))
     w.observe(update((5,)))
-    batch = w.close(CLOSE_AT)
     close_source = src(SIGNALS, CLOSE_AT)
-    events = batch.events(close_source, 77)
+    batch = w.close(CLOSE_AT).stamped(
+        close_source, 77, lambda row: {**row, "name": row["name"].upper()}
+    )
+    assert batch.position_tokens().to_pylist() == [
+        CLOSE_AT.read_row(0).token,
+        CLOSE_AT.read_row(1).token,
+    ]
+    events = batch.events()
     assert [e.source.position for e in events] == [CLOSE_AT.read_row(0), CLOSE_AT.read_row(1)]
     assert all(e.source.table == TABLE for e in events)
     assert all(e.source.snapshot is SnapshotMarker.INCREMENTAL for e in events)

@@ -160,7 +160,7 @@ class Sim:
             batch = window.close(position)
             # Output barrier: READ rows go out before anything after the close watermark.
             close_source = self.source(SIGNALS, self.consumed - 1)
-            self.output.extend(batch.events(close_source, ts_ms=0))
+            self.output.extend(batch.stamped(close_source, 0, None).events())
             assert self.progress is not None
             self.progress.chunk_done(
                 last_key=batch.last_key,
