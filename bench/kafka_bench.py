@@ -429,7 +429,9 @@ class EncodeOnlySink(KafkaSink):
     def open(self, resume: Mapping[str, Any] | None) -> None:
         if not hasattr(self, "_producer"):
             raise RuntimeError("KafkaSink changed: no _producer to replace")
-        self._producer = self.null
+        from snapshotter.sinks.kafka_clients import KafkaPythonProducer
+
+        self._producer = KafkaPythonProducer(self.null)  # kafka-python's send() API
 
     def _ensure_topic(self, name: str) -> int:
         return PARTITIONS

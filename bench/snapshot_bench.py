@@ -1,39 +1,23 @@
-"""How fast the engine snapshots and streams, against a plain read measured in the same run.
+"""The log path's speed (stream and backlog) and a cProfile of one snapshot; and the engine
+helpers (captures, snapshots, plain reads) the other bench scripts build on.
 
-    python bench/snapshot_bench.py [--rows N] [--chunk-size C] [--url URL] [--profile]
-                                   [--source postgres|mysql|both] [--mysql-url URL]
+    python bench/snapshot_bench.py [--rows N] [--updates U] [--batch B] [--chunk-size C]
+                                   [--url URL] [--profile] [--profile-top K]
 
-One run loads N rows into a fresh schema, then measures, in this order:
+The end-to-end comparison (a plain read against snapshots into every sink, both sources,
+peak RSS, stream latency during a snapshot) is ``bench/e2e_bench.py``. This script loads N
+rows into a fresh schema (``items``, bigint key), then measures:
 
-1. a plain ``SELECT *`` through psycopg with the project's loaders, built into an Arrow table
-   column by column the way the PostgreSQL dialect builds a chunk (the baseline);
-2. the same read through ADBC, when ``adbc_driver_postgresql`` is installed (not a dependency);
-3. the engine's incremental snapshot of the table (``run_engine(until_caught_up=True)``)
-   into a counting sink, then into the JSONL sink: from the moment the ``execute-snapshot``
-   signal is committed to the moment ``run_engine`` returns;
-4. the log path: the engine runs in a thread with a counting sink while a writer commits
-   single-row UPDATEs in batches; from the first write to the last event counted;
-5. whether the log stalls while chunks are read: a ticker thread commits one INSERT into a
-   small ``ticker`` table every 20 ms while the engine streams, first idle, then while it
-   snapshots the table; each ticker event's arrival at the sink minus its commit time and,
-   for comparison, per chunk, the chunk read's duration on the worker thread (``PhaseHooks``)
-   and the time the engine's thread took to build and hand over its READ events.
+1. the log stream: the engine runs in a thread with a counting sink while a writer commits
+   ``--updates`` single-row UPDATEs, ``--batch`` per transaction; from the first write to the
+   last event counted (it cannot beat the writer: the note gives the writer's own rate);
+2. the log backlog: the same UPDATEs committed before the engine starts; from its start to
+   the last event counted: the log path's own speed;
+3. with ``--profile``: one snapshot of the table into a counting sink under cProfile
+   (``run_engine(until_caught_up=True)``), the top entries per thread.
 
-It prints a markdown table whose last column divides each row's rate by the plain read's
-rate (see bench/README.md), then a table of the stream's latency (item 5). Every measurement
-gets its own slot, publication and state directory; the slots, the publications and the
-schema are dropped at the end, also on error.
-With ``--profile`` it then runs one more snapshot into a counting sink under cProfile (not
-timed in the table) and prints the top entries per thread.
-
-``--source mysql`` (or ``both``) measures a MySQL / MariaDB source the same way, in its own
-database ``bench_<random>`` with the same table (``name varchar(40)``, ``created
-datetime(6)``): the plain read (pymysql, the dialect's Arrow types, as ``MySqlDialect`` builds
-a chunk) and the two snapshots (items 1 and 3), engine config ``kind = "mysql"`` with
-``server_id = 6101``. "init" for MySQL creates the signal table and saves a state whose
-``stream.resume`` is the binlog's current end, so the engine reads the binlog from before
-the signal. Its rows go into the same table, prefixed ``MySQL:``, their ratio taken to the
-MySQL plain read. The log stream, backlog and latency measurements are PostgreSQL only.
+Every measurement gets its own slot, publication and state directory; slots, publications
+and the schema are dropped at the end, also on error.
 """
 
 from __future__ import annotations
@@ -42,9 +26,6 @@ import argparse
 import contextlib
 import cProfile
 import io
-import itertools
-import logging
-import math
 import os
 import platform
 import pstats
@@ -54,7 +35,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from operator import itemgetter
 from pathlib import Path
@@ -73,10 +54,10 @@ import mysql_read_bench as my  # noqa: E402
 
 from signals.names import TableId  # noqa: E402
 from signals.table import create_signal_table  # noqa: E402
-from snapshotter.chunk_worker import ChunkTask, PhaseHooks  # noqa: E402
+from snapshotter.chunk_worker import PhaseHooks  # noqa: E402
 from snapshotter.cli import main as cli_main  # noqa: E402
 from snapshotter.config import Config, SourceConfig, load_config  # noqa: E402
-from snapshotter.core.events import ChangeEvent, Op  # noqa: E402
+from snapshotter.core.events import Op  # noqa: E402
 from snapshotter.core.state import EngineState, StreamState  # noqa: E402
 from snapshotter.dialects import pg_setup, pg_types  # noqa: E402
 from snapshotter.dialects.mysql import MySqlDialect, mysql_url  # noqa: E402
@@ -109,32 +90,6 @@ class Result:
         if self.rows is None or not self.seconds:
             return None
         return self.rows / self.seconds
-
-
-def render_table(results: list[Result], baselines: Sequence[Result]) -> str:
-    """One row per result; the ratio divides by the plain read of the same source (a MySQL
-    row's by the MySQL plain read)."""
-    lines = [
-        "| what | rows | seconds | rows/s | ratio to plain read |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for r in results:
-        baseline = next(
-            (
-                b
-                for b in baselines
-                if b.what.startswith(MYSQL_PREFIX) == r.what.startswith(MYSQL_PREFIX)
-            ),
-            None,
-        )
-        base = baseline.rate if baseline is not None else None
-        rate = r.rate
-        if rate is None:
-            lines.append(f"| {r.what} | – | – | – | skipped |")
-            continue
-        ratio = f"{rate / base:.2f}" if base else "–"
-        lines.append(f"| {r.what} | {r.rows:,} | {r.seconds:.2f} | {rate:,.0f} | {ratio} |")
-    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- setup
@@ -226,19 +181,6 @@ def plain_read(url: str, schema: str) -> Result:
     table = pa.Table.from_arrays(arrays, names=[name for name, _ in types])
     seconds = time.perf_counter() - started
     return Result("plain read (psycopg → Arrow)", table.num_rows, seconds)
-
-
-def adbc_read(url: str, schema: str) -> Result:
-    what = "ADBC read (adbc_driver_postgresql → Arrow)"
-    try:
-        import adbc_driver_postgresql.dbapi as adbc
-    except ImportError:
-        return Result(what, None, None, "skipped: adbc_driver_postgresql is not installed")
-    started = time.perf_counter()
-    with adbc.connect(url) as conn, conn.cursor() as cur:
-        cur.execute(f'SELECT * FROM "{schema}"."{TABLE}"')
-        table = cur.fetch_arrow_table()
-    return Result(what, table.num_rows, time.perf_counter() - started)
 
 
 # --------------------------------------------------------------------------- engine runs
@@ -546,228 +488,6 @@ def mysql_machine(url: str) -> list[str]:
     ]
 
 
-# --------------------------------------------------------------------------- stream latency
-
-
-Tick = tuple[float, int]  # a ticker event: (arrival ms, commit ms)
-
-
-def now_ms() -> float:
-    """Wall-clock milliseconds: the clock PostgreSQL stamps commits with (same machine)."""
-    return time.time() * 1000.0
-
-
-def create_ticker(url: str, schema: str) -> None:
-    """The small table the ticker writes to, beside ``items`` in the same schema."""
-    sql(url, f'CREATE TABLE "{schema}"."{TICKER_TABLE}" (id bigint PRIMARY KEY)')
-
-
-class LatencySink(CountingSink):
-    """Counts like ``CountingSink``; also notes, for every log event of ``ticker``, when it
-    arrived and when it was committed (``source.ts_ms``), when READ events last arrived, and,
-    per chunk, how long after the engine started building its READ events they arrived: a
-    chunk's READ events carry that start as ``ts_ms`` (taken at its close watermark, on the
-    engine's thread), and all arrive in one write (two chunks built within the same
-    millisecond would count as one)."""
-
-    def __init__(self, ticker: TableId) -> None:
-        super().__init__()
-        self.ticker = ticker
-        self.ticks: list[Tick] = []  # in arrival order
-        self.last_read_ms = 0.0
-        self.builds_ms: list[float] = []  # per chunk: READ events' build start → arrival
-
-    def write(self, events: Sequence[ChangeEvent]) -> None:
-        arrived = now_ms()
-        super().write(events)
-        chunk_started: int | None = None
-        for event in events:
-            if event.op is Op.READ:
-                if event.ts_ms != chunk_started:  # the first READ event of a chunk
-                    chunk_started = event.ts_ms
-                    self.builds_ms.append(arrived - chunk_started)
-                    self.last_read_ms = arrived
-            elif event.table == self.ticker:
-                self.ticks.append((arrived, event.source.ts_ms))
-
-
-@dataclass
-class ChunkTimer:
-    """Phase hooks that time each chunk read on the worker thread, from its open watermark
-    committed (``after_open``) to its rows buffered in the window (``after_read``): the
-    chunk SELECT and its Arrow build, which a stream reading chunks itself would wait for."""
-
-    durations_ms: list[float] = field(default_factory=list)
-    started: dict[str, float] = field(default_factory=dict)  # by window id
-
-    def hooks(self) -> PhaseHooks:
-        return PhaseHooks(after_open=self.opened, after_read=self.read)
-
-    def opened(self, task: ChunkTask) -> None:
-        self.started[task.window.window_id] = time.perf_counter()
-
-    def read(self, task: ChunkTask) -> None:
-        started = self.started.pop(task.window.window_id)
-        self.durations_ms.append((time.perf_counter() - started) * 1000.0)
-
-
-class Ticker:
-    """A thread that commits one single-row INSERT into ``ticker`` every ``interval`` s, on
-    its own autocommit connection. A late tick is not made up for by a burst."""
-
-    def __init__(self, url: str, schema: str, interval: float) -> None:
-        self.url = url
-        self.interval = interval
-        self.statement = f'INSERT INTO "{schema}"."{TICKER_TABLE}" (id) VALUES (%s)'
-        self.committed = 0
-        self.error: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="bench-ticker", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self, timeout: float = 30.0) -> int:
-        """Stop ticking; returns how many INSERTs were committed."""
-        self._stop.set()
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            raise RuntimeError(f"the ticker did not stop within {timeout} s")
-        if self.error is not None:
-            raise self.error
-        return self.committed
-
-    def _run(self) -> None:
-        try:
-            with psycopg.connect(self.url, autocommit=True) as conn:
-                due = time.perf_counter()
-                while not self._stop.wait(max(0.0, due - time.perf_counter())):
-                    conn.execute(self.statement, (self.committed + 1,))
-                    self.committed += 1
-                    due = max(due + self.interval, time.perf_counter())
-        except BaseException as exc:  # re-raised by stop()
-            self.error = exc
-
-
-@dataclass
-class StreamLatency:
-    rows: int
-    interval_ms: float
-    idle: list[Tick]
-    during: list[Tick]
-    snapshot_s: float
-    chunk_ms: list[float]
-    build_ms: list[float]
-
-
-def stream_latency(capture: Capture, rows: int, interval_ms: float, idle_s: float) -> StreamLatency:
-    """The engine streams into a ``LatencySink`` while the ticker commits: ``idle_s`` of
-    ticks with no snapshot, then the ``execute-snapshot`` signal and ticks until the last
-    READ events arrived. A tick belongs to the phase its commit falls in."""
-    what = "stream latency"
-    capture.init()
-    sink = LatencySink(TableId(capture.schema, TICKER_TABLE))
-    timer = ChunkTimer()
-    engine = start_engine(capture.config, sink, timer.hooks())
-    ticker = Ticker(capture.url, capture.schema, interval_ms / 1000.0)
-    code = -1
-    try:
-        ticker.start()
-        try:
-            # The first ticker event proves the engine streams before the idle phase starts.
-            wait_for(engine, lambda: bool(sink.ticks), 120.0, "the first ticker event")
-            idle_from = now_ms()
-            time.sleep(idle_s)
-            idle_to = now_ms()
-            capture.signal_snapshot()
-            snapshot_from = now_ms()
-            wait_for(engine, lambda: sink.counts[Op.READ] >= rows, ENGINE_TIMEOUT_S, "READ events")
-            snapshot_to = sink.last_read_ms
-        finally:
-            committed = ticker.stop()
-        wait_for(engine, lambda: len(sink.ticks) >= committed, 120.0, "the last ticker events")
-    finally:
-        code = engine.stop()
-    if code != 0:
-        raise RuntimeError(f"{what}: the engine exited {code}")
-    reads = sink.counts[Op.READ]
-    if reads != rows or len(sink.ticks) != committed or sink.total != rows + committed:
-        raise RuntimeError(
-            f"{what}: counted {dict(sink.counts)} with {len(sink.ticks)} ticker events, "
-            f"wanted {rows} READ events and {committed} ticker events"
-        )
-    return StreamLatency(
-        rows=rows,
-        interval_ms=interval_ms,
-        idle=[t for t in sink.ticks if idle_from <= t[1] < idle_to],
-        during=[t for t in sink.ticks if snapshot_from <= t[1] <= snapshot_to],
-        snapshot_s=(snapshot_to - snapshot_from) / 1000.0,
-        chunk_ms=timer.durations_ms,
-        build_ms=sink.builds_ms,
-    )
-
-
-def percentile(ordered: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (``q`` in 0..100) of non-empty, sorted ``ordered``."""
-    return ordered[max(1, math.ceil(q / 100.0 * len(ordered))) - 1]
-
-
-def longest_gap(times: Sequence[float]) -> float:
-    ordered = sorted(times)
-    return max((b - a for a, b in itertools.pairwise(ordered)), default=0.0)
-
-
-def distribution(what: str, values_ms: Sequence[float]) -> str:
-    """A note line: p50 and max of per-chunk times, with their count and sum."""
-    ordered = sorted(values_ms)
-    if not ordered:
-        return f"- {what}: none timed"
-    return (
-        f"- {what}: p50 {percentile(ordered, 50):.1f} ms, max {ordered[-1]:.1f} ms, over "
-        f"{len(ordered):,} chunks ({sum(ordered) / 1000:.2f} s in all)"
-    )
-
-
-def render_latency(m: StreamLatency) -> str:
-    lines = [
-        "| stream latency | p50 ms | p95 ms | p99 ms | max ms | events |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    gaps = []
-    for what, ticks in (("idle", m.idle), ("during snapshot", m.during)):
-        if not ticks:
-            lines.append(f"| {what} | – | – | – | – | 0 |")
-            continue
-        ordered = sorted(arrived - committed for arrived, committed in ticks)
-        cells = [percentile(ordered, q) for q in (50, 95, 99)] + [ordered[-1]]
-        lines.append(f"| {what} | {' | '.join(f'{c:.1f}' for c in cells)} | {len(ticks):,} |")
-        gaps.append(
-            f"{longest_gap([a for a, _ in ticks]):.0f} ms {what} (between their commits: "
-            f"{longest_gap([float(c) for _, c in ticks]):.0f} ms)"
-        )
-    per_chunk = [
-        distribution(
-            "chunk read (`after_open` → `after_read`, worker thread, beside the stream)",
-            m.chunk_ms,
-        ),
-        distribution(
-            "READ events of a chunk, build start → arrival at the sink (engine thread: the "
-            "stream waits for it)",
-            m.build_ms,
-        ),
-    ]
-    notes = [
-        f"- one single-row INSERT into `{TICKER_TABLE}` committed every {m.interval_ms:g} ms; "
-        "latency = arrival at the sink − commit time (`source.ts_ms`, whole ms), both wall "
-        "clock on this machine",
-        f"- snapshot of {m.rows:,} rows: {m.snapshot_s:.2f} s from the signal to the last "
-        "READ events",
-        f"- longest gap between ticker events received: {'; '.join(gaps)}",
-        *per_chunk,
-    ]
-    return "\n".join([*lines, "", *notes])
-
-
 # --------------------------------------------------------------------------- profile
 
 
@@ -846,27 +566,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help=f"engine chunk size (default: the config's default, {DEFAULT_CHUNK_SIZE})",
     )
     parser.add_argument("--url", help="PostgreSQL URL (default: $SNAPSHOTTER_PG_URL or services)")
-    parser.add_argument(
-        "--source",
-        choices=("postgres", "mysql", "both"),
-        default="postgres",
-        help="which source(s) to measure (postgres)",
-    )
-    parser.add_argument(
-        "--mysql-url", help="MySQL URL (default: $SNAPSHOTTER_MYSQL_URL or services)"
-    )
     parser.add_argument("--updates", type=int, default=50_000, help="log stream UPDATEs (50,000)")
     parser.add_argument("--batch", type=int, default=1000, help="UPDATEs per commit (1000)")
     parser.add_argument(
-        "--tick-ms", type=float, default=20.0, help="ticker commit interval, ms (20)"
-    )
-    parser.add_argument(
-        "--idle-seconds", type=float, default=5.0, help="ticks before the snapshot signal (5)"
-    )
-    parser.add_argument(
         "--profile",
         action="store_true",
-        help="afterwards, profile one more snapshot → counting sink with cProfile",
+        help="afterwards, profile one snapshot → counting sink with cProfile",
     )
     parser.add_argument("--profile-top", type=int, default=15, help="entries per thread (15)")
     args = parser.parse_args(argv)
@@ -875,132 +580,54 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         counts.append(args.chunk_size)
     if min(counts) < 1:
         parser.error("--rows, --chunk-size, --updates and --batch must be positive")
-    if args.tick_ms <= 0 or args.idle_seconds <= 0:
-        parser.error("--tick-ms and --idle-seconds must be positive")
     return args
 
 
-@dataclass
-class Measured:
-    """What one source's part of a run measured."""
-
-    results: list[Result]
-    baseline: Result
-    machine: list[str]
-    latency: StreamLatency | None = None
-    profile_text: str = ""
-
-
-def measure_postgres(args: argparse.Namespace, chunk_size: int, tmp: Path) -> Measured:
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    chunk_size = args.chunk_size or DEFAULT_CHUNK_SIZE
     url = resolve_url(args.url)
     schema = f"bench_{uuid.uuid4().hex[:10]}"
     captures: list[Capture] = []
     results: list[Result] = []
     profile_text = ""
+    with tempfile.TemporaryDirectory(prefix="snapshotter-bench-") as tmp_name:
+        tmp = Path(tmp_name)
 
-    def new_capture(name: str, tables: tuple[str, ...] = (TABLE,)) -> Capture:
-        capture = Capture(url, schema, tmp / name, chunk_size, tables)
-        captures.append(capture)
-        return capture
+        def new_capture(name: str) -> Capture:
+            capture = Capture(url, schema, tmp / name, chunk_size)
+            captures.append(capture)
+            return capture
 
-    try:
-        print(f"loading {args.rows:,} rows into {schema}.{TABLE} ...", file=sys.stderr)
-        load_seconds = load_table(url, schema, args.rows)
-        print(f"loaded in {load_seconds:.1f} s; measuring ...", file=sys.stderr)
-        baseline = plain_read(url, schema)
-        results += [baseline, adbc_read(url, schema)]
-        for name, what, sink in (
-            ("counting", "snapshot → counting sink", CountingSink()),
-            ("jsonl", "snapshot → JSONL sink", None),
-        ):
-            print(f"{what} ...", file=sys.stderr)
-            capture = new_capture(name)
-            results.append(snapshot(capture, args.rows, sink, what))
-            capture.drop()
-        for name, measure in (("stream", log_stream), ("backlog", log_backlog)):
-            print(f"log {name} ...", file=sys.stderr)
-            capture = new_capture(name)
-            results.append(measure(capture, args.rows, args.updates, args.batch))
-            capture.drop()
-        print("stream latency during a snapshot ...", file=sys.stderr)
-        create_ticker(url, schema)
-        capture = new_capture("latency", (TABLE, TICKER_TABLE))
-        latency = stream_latency(capture, args.rows, args.tick_ms, args.idle_seconds)
-        capture.drop()
-        if args.profile:
-            print("profiled snapshot ...", file=sys.stderr)
-            capture = new_capture("profile")
-            profile_text = profiled_snapshot(capture, args.rows, args.profile_top)
-            capture.drop()
-    finally:
-        cleanup(url, schema, captures)
-    return Measured(results, baseline, machine(url), latency, profile_text)
+        try:
+            print(f"loading {args.rows:,} rows into {schema}.{TABLE} ...", file=sys.stderr)
+            load_table(url, schema, args.rows)
+            for name, measure in (("stream", log_stream), ("backlog", log_backlog)):
+                print(f"log {name} ...", file=sys.stderr)
+                capture = new_capture(name)
+                results.append(measure(capture, args.rows, args.updates, args.batch))
+                capture.drop()
+            if args.profile:
+                print("profiled snapshot ...", file=sys.stderr)
+                capture = new_capture("profile")
+                profile_text = profiled_snapshot(capture, args.rows, args.profile_top)
+                capture.drop()
+        finally:
+            cleanup(url, schema, captures)
 
-
-def measure_mysql(args: argparse.Namespace, chunk_size: int, tmp: Path) -> Measured:
-    """The plain read and the two snapshots against MySQL / MariaDB, in a database of
-    their own, dropped at the end."""
-    server = my.resolve_mysql_url(args.mysql_url)
-    database = f"bench_{uuid.uuid4().hex[:10]}"
-    url = my.with_database(server, database)
-    results: list[Result] = []
-    profile_text = ""
-    my.create_database(server, database)
-    try:
-        print(f"MySQL: loading {args.rows:,} rows into {database}.{TABLE} ...", file=sys.stderr)
-        load_seconds = my.load_items(server, database, args.rows)
-        print(f"MySQL: loaded in {load_seconds:.1f} s; measuring ...", file=sys.stderr)
-        baseline = mysql_plain_read(url, database)
-        results.append(baseline)
-        for name, what, sink in (
-            ("mysql-counting", "snapshot → counting sink", CountingSink()),
-            ("mysql-jsonl", "snapshot → JSONL sink", None),
-        ):
-            what = MYSQL_PREFIX + what
-            print(f"{what} ...", file=sys.stderr)
-            capture = MySqlCapture(url, database, tmp / name, chunk_size)
-            results.append(snapshot(capture, args.rows, sink, what))
-        if args.profile:
-            print("MySQL: profiled snapshot ...", file=sys.stderr)
-            capture = MySqlCapture(url, database, tmp / "mysql-profile", chunk_size)
-            profile_text = profiled_snapshot(capture, args.rows, args.profile_top, MYSQL_PREFIX)
-    finally:
-        my.drop_database(server, database)
-    return Measured(results, baseline, mysql_machine(server), None, profile_text)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    # mysql-replication warns on every reconnect, closing the binlog stream included.
-    logging.getLogger("pymysqlreplication").setLevel(logging.ERROR)
-    chunk_size = args.chunk_size or DEFAULT_CHUNK_SIZE
-    parts: list[Measured] = []
-
-    with tempfile.TemporaryDirectory(prefix="snapshotter-bench-") as tmp:
-        if args.source in ("postgres", "both"):
-            parts.append(measure_postgres(args, chunk_size, Path(tmp)))
-        if args.source in ("mysql", "both"):
-            parts.append(measure_mysql(args, chunk_size, Path(tmp)))
-
-    results = [r for part in parts for r in part.results]
-    print(f"## snapshotter bench: {args.rows:,} rows, chunk size {chunk_size}\n")
-    lines = [line for part in parts for line in part.machine]
-    print("\n".join(dict.fromkeys(lines)))  # the machine and Python lines once
+    print(f"## snapshotter log path: {args.updates:,} UPDATEs on a {args.rows:,}-row table\n")
+    print("\n".join(machine(url)))
     print()
-    print(render_table(results, [part.baseline for part in parts]))
-    notes = [f"- {r.what}: {r.note}" for r in results if r.note]
-    if notes:
+    lines = ["| what | events | seconds | events/s |", "|---|---:|---:|---:|"]
+    for r in results:
+        assert r.rows is not None and r.seconds is not None
+        lines.append(f"| {r.what} | {r.rows:,} | {r.seconds:.2f} | {r.rows / r.seconds:,.0f} |")
+    print("\n".join(lines))
+    print()
+    print("\n".join(f"- {r.what}: {r.note}" for r in results if r.note))
+    if profile_text:
         print()
-        print("\n".join(notes))
-    for part in parts:
-        if part.latency is not None:
-            print()
-            print(f"### log stream while the engine snapshots {args.rows:,} rows\n")
-            print(render_latency(part.latency))
-    for part in parts:
-        if part.profile_text:
-            print()
-            print(part.profile_text)
+        print(profile_text)
     return 0
 
 

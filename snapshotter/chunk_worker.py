@@ -1,14 +1,16 @@
-"""The chunk worker: reads chunks beside the stream, so the stream never waits for a SELECT.
+"""The chunk workers: read chunks beside the stream, so the stream never waits for a SELECT.
 
 Debezium reads a chunk on its streaming thread, so the log stalls for the whole SELECT. Here
-one worker thread owns every database call of the snapshot side (describe, maximum key,
-watermark inserts, chunk SELECTs) while the engine's thread keeps reading the log. The engine
-hands the worker one task at a time and learns the outcome from ``results``. Between tasks
-and while idle, the worker also deletes watermark rows of finished windows
-(``snapshotter.signal_cleanup``).
+worker threads own every database call of the snapshot side (describe, maximum key, chunk
+bounds, watermark inserts, chunk SELECTs) while the engine's thread keeps reading the log.
+``ChunkWorkers`` holds ``[source] read_parallelism`` of them, each with a dialect (a database
+connection and statement guard) of its own, so that many chunk SELECTs run at once, each in
+its own window (``core.spans`` says why that is safe). The engine hands a worker one task at
+a time and learns the outcome from its results. Between tasks and while idle, the first
+worker also deletes watermark rows of finished windows (``snapshotter.signal_cleanup``).
 
 The ordering rules of a chunk live in ``_read_chunk``; each is stated where it is enforced.
-Tests run SQL between the steps through ``PhaseHooks``.
+Tests run SQL between the steps through ``PhaseHooks`` (on whichever worker reads the chunk).
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from signals.model import WatermarkKind
 from signals.names import TableId
 from snapshotter.core.keys import Key
+from snapshotter.core.spans import SpanRead, range_read_limit
 from snapshotter.core.visibility import ReadVisibility
 from snapshotter.core.window import ChunkWindow
 from snapshotter.dialects.base import Dialect, ReadCancelled, TableSchema, error_chain
@@ -63,9 +67,17 @@ class ChunkTask:
     window: ChunkWindow
     schema: TableSchema
     after: Key | None
+    # OPEN, BOUND: the maximum key; CLOSED: the end of the key range (``core.spans``).
     upto: Key
     condition: str | None
-    limit: int
+    limit: int  # chunk_size
+    read: SpanRead = SpanRead.OPEN
+
+    @property
+    def read_limit(self) -> int:
+        """The chunk SELECT's LIMIT: ``limit`` rows after ``after`` for an OPEN chunk; a
+        closed range is read whole, up to ``range_read_limit`` rows."""
+        return self.limit if self.read is SpanRead.OPEN else range_read_limit(self.limit)
 
 
 @dataclass
@@ -75,6 +87,16 @@ class TableStarted:
     key_columns: tuple[str, ...]
     max_key: Key | None
     added_to_capture: list[TableId] = field(default_factory=list)
+
+
+@dataclass
+class ChunkBounded:
+    """A BOUND chunk's key range is known, before its read (the task goes on): the engine
+    plans the next range on another worker meanwhile."""
+
+    task: ChunkTask
+    upto: Key
+    final: bool  # the range ends at the maximum key: the last one
 
 
 @dataclass
@@ -98,8 +120,11 @@ class TaskFailed:
     cancelled: bool = False
 
 
-Result = TableStarted | ChunkRead | TaskFailed
+# A task's answer (TableStarted, ChunkRead, TaskFailed), or news of a task still running
+# (ChunkBounded).
+Result = TableStarted | ChunkBounded | ChunkRead | TaskFailed
 Task = StartTask | ChunkTask
+THREAD_NAME = "snapshotter-chunks"  # the first worker's; the others' end in -2, -3, ...
 
 
 class ChunkWorker:
@@ -108,6 +133,7 @@ class ChunkWorker:
         dialect: Dialect,
         hooks: PhaseHooks | None = None,
         cleanup: WatermarkCleanup | None = None,
+        name: str = THREAD_NAME,
     ) -> None:
         self._dialect = dialect
         self._hooks = hooks or PhaseHooks()
@@ -120,7 +146,7 @@ class ChunkWorker:
         self._lock = threading.Lock()
         self._current: Task | None = None
         self._stopping = False
-        self._thread = threading.Thread(target=self._loop, name="snapshotter-chunks", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
     @property
@@ -138,7 +164,7 @@ class ChunkWorker:
                 out.append(self.results.get_nowait())
             except queue.Empty:
                 break
-        self._busy -= len(out)
+        self._busy -= sum(1 for r in out if not isinstance(r, ChunkBounded))
         return out
 
     def cancel(self, matches: Callable[[Task], bool]) -> None:
@@ -152,10 +178,17 @@ class ChunkWorker:
     def stop(self, timeout: float = 30.0) -> None:
         """Cancel the running read (shutdown must not wait for a filter's hour-long query),
         refuse the reads of tasks still queued, and end the thread."""
+        self.halt()
+        self.join(timeout)
+
+    def halt(self) -> None:
+        """``stop`` without waiting: cancel, refuse, and ask the thread to end."""
         with self._lock:
             self._stopping = True
             self._dialect.cancel_reads()
         self._tasks.put(None)
+
+    def join(self, timeout: float) -> None:
         self._thread.join(timeout)
 
     def _begin(self, task: Task) -> bool:
@@ -233,6 +266,19 @@ class ChunkWorker:
 
     def _read_chunk(self, task: ChunkTask) -> ChunkRead:
         hooks, dialect, window = self._hooks, self._dialect, task.window
+        upto = task.upto
+        if task.read is SpanRead.BOUND:
+            # Where this chunk's key range ends, before its window: the engine can plan the
+            # next range (on another worker) while this one is read. The range is then read
+            # whole, so when the bound was found does not matter (core.spans, 1. and 2.).
+            # Sent before the open watermark is written: the engine has it before it can see
+            # this window's close in the log.
+            bound = dialect.chunk_bound(
+                task.schema, window.key_columns, task.after, task.upto, task.condition, task.limit
+            )
+            final = bound is None or bound == task.upto
+            upto = task.upto if bound is None else bound
+            self.results.put(ChunkBounded(task, upto, final))
         # Rule 1: the window was registered by the engine before this task was submitted, so
         # its id is known before the open watermark exists; the log reader can never see a
         # watermark the engine cannot place.
@@ -244,7 +290,7 @@ class ChunkWorker:
         # watermark committed (write_watermark returned) and ended before the close watermark
         # is written (read_chunk returns after COMMIT).
         chunk = dialect.read_chunk(
-            task.schema, window.key_columns, task.after, task.upto, task.condition, task.limit
+            task.schema, window.key_columns, task.after, upto, task.condition, task.read_limit
         )
         # Rule 3: the buffer is complete before the close watermark is written. The engine
         # can only see the close watermark after that write commits, so it always finds the
@@ -256,6 +302,77 @@ class ChunkWorker:
         dialect.write_watermark(window.watermark(WatermarkKind.CLOSE))
         _run(hooks.after_close, task)
         return ChunkRead(task, chunk.rows.num_rows, chunk.last_key, chunk.visibility)
+
+
+class ChunkWorkers:
+    """``len(dialects)`` chunk workers, one per dialect (each its own connection and
+    statement guard), all answering through ``poll``. The first dialect is the engine's (the
+    first worker also runs the watermark cleanup); the others are the pool's own, closed by
+    ``stop``. Stop and cancel reach every worker."""
+
+    def __init__(
+        self,
+        dialects: Sequence[Dialect],
+        hooks: PhaseHooks | None = None,
+        cleanup: WatermarkCleanup | None = None,
+    ) -> None:
+        if not dialects:
+            raise ValueError("at least one chunk worker is needed")
+        self._owned = list(dialects[1:])
+        self._workers = [
+            ChunkWorker(
+                dialect,
+                hooks,
+                cleanup if i == 0 else None,
+                name=THREAD_NAME if i == 0 else f"{THREAD_NAME}-{i + 1}",
+            )
+            for i, dialect in enumerate(dialects)
+        ]
+
+    def __len__(self) -> int:
+        return len(self._workers)
+
+    @property
+    def busy(self) -> bool:
+        return any(w.busy for w in self._workers)
+
+    @property
+    def idle(self) -> int:
+        """Workers without a task (engine thread only)."""
+        return sum(not w.busy for w in self._workers)
+
+    def submit(self, task: Task) -> None:
+        """Hand ``task`` to an idle worker (the first: the first worker starts tables)."""
+        for worker in self._workers:
+            if not worker.busy:
+                worker.submit(task)
+                return
+        raise RuntimeError("no idle chunk worker")
+
+    def poll(self) -> list[Result]:
+        """What the workers answered since the last poll (each worker's in its order)."""
+        out: list[Result] = []
+        for worker in self._workers:
+            out.extend(worker.poll())
+        return out
+
+    def cancel(self, matches: Callable[[Task], bool]) -> None:
+        for worker in self._workers:
+            worker.cancel(matches)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Cancel every running read at once, then wait for the threads (``timeout`` in
+        all), then close the pool's own dialects."""
+        for worker in self._workers:
+            worker.halt()
+        deadline = time.monotonic() + timeout
+        for worker in self._workers:
+            worker.join(max(0.0, deadline - time.monotonic()))
+        for dialect in self._owned:
+            try:
+                dialect.close()
+            except Exception:  # shutting down: one failed close must not hide the rest
+                log.debug("closing a chunk worker's dialect failed", exc_info=True)
 
 
 def _run(hook: Hook | None, task: ChunkTask) -> None:

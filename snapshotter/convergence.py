@@ -96,7 +96,7 @@ def check_table(config: Config, table: TableId) -> Verdict:
 
             sink = config.sink
             output = materialize_topic(
-                sink.bootstrap_servers, topic, sink.kafka, schemas=sink.schemas
+                sink.bootstrap_servers, topic, sink.kafka, schemas=sink.schemas, client=sink.client
             )
             rows: Iterable[Mapping[str, Any]] = dialect.scan(schema)
             if sink.json_as_text:  # JSON columns were written as strings of their text

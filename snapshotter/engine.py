@@ -1,8 +1,10 @@
 """The engine: stream the log all the time, answer signals, run DBLog chunk windows.
 
 One thread (the caller's) reads the log and does everything that touches state, windows and
-the sink, in log order. The chunk worker (``chunk_worker``) does the snapshot side's database
-calls beside it, so the stream never waits for a chunk SELECT. Data flows one way:
+the sink, in log order. The chunk workers (``chunk_worker``, ``[source] read_parallelism`` of
+them) do the snapshot side's database calls beside it, so the stream never waits for a chunk
+SELECT; which key range each chunk reads, and what progress records, is ``core.spans``.
+Data flows one way:
 
     log items ──► windows (drop keys) ──► sink ──(acknowledged checkpoint)──► state file
     chunk rows ─┘ (READ rows at the close watermark, before any later log event)
@@ -39,10 +41,12 @@ from signals.model import WatermarkKind
 from signals.names import TableId, TableSelector, TableSet, parse_table_selector
 from signals.plan import Selectors, listed, plan_snapshot
 from snapshotter.chunk_worker import (
+    ChunkBounded,
     ChunkRead,
     ChunkTask,
-    ChunkWorker,
+    ChunkWorkers,
     PhaseHooks,
+    Result,
     StartTask,
     TableStarted,
     TaskFailed,
@@ -51,6 +55,7 @@ from snapshotter.config import Config
 from snapshotter.core.events import ChangeEvent, Op
 from snapshotter.core.keys import Key
 from snapshotter.core.position import Position
+from snapshotter.core.spans import SpanPlan, SpanRead
 from snapshotter.core.state import (
     EngineState,
     SignalProblem,
@@ -82,7 +87,13 @@ logging.getLogger("snapshotter.chunks").addFilter(EscapeControls())
 KeyColumns = Callable[[TableId], Sequence[str] | None]
 OpenReader = Callable[[Mapping[str, Any], KeyColumns], LogReader]
 
-WINDOWS_IN_FLIGHT = 3  # waiting for their close watermark in the log, or being read
+# Windows waiting for their close watermark in the log, or being read: this many, or one
+# more than the chunk reads that may run at once (read_parallelism), whichever is more.
+WINDOWS_IN_FLIGHT = 3
+# Chunks read beyond the durable progress (a slow read holds progress back while the windows
+# after it go on), at most this many times the windows in flight: what a crash may cost in
+# chunks read again (core.spans, 6.).
+SPANS_AHEAD_PER_WINDOW = 4
 # Watermark rows the engine did not write that took a window's id (core.window): the chunk
 # is read again under a new id, up to this many times per table snapshot; then it fails.
 FORGED_WINDOWS_MAX = 3
@@ -124,13 +135,10 @@ class _TableRun:
     progress: TableProgress
     schema: TableSchema | None = None
     starting: bool = False
-    cursor: Key | None = None  # the next chunk starts after this key
-    exhausted: bool = False  # the last chunk read reached the end
-    reading: bool = False  # a chunk task is with the worker
-    next_number: int = 0
+    # The key ranges (spans) chunks read, from the last durable key; made once the table's
+    # maximum key is known.
+    plan: SpanPlan | None = None
     flights: list[str] = field(default_factory=list)  # window ids, oldest first
-    # Windows whose read result is still to come and still counts (a re-read voids them).
-    awaiting: set[str] = field(default_factory=set)
     convert: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     reported: float = 0.0  # when progress was last logged
 
@@ -153,10 +161,18 @@ class Engine:
         hooks: PhaseHooks | None = None,
         on_progress: Callable[[EngineState], None] | None = None,
         retry_for: float | None = None,
+        open_dialect: Callable[[], Dialect] | None = None,
     ) -> None:
         self._config = config
         self._source = config.source
         self._dialect = dialect
+        # A dialect of its own (connection, statement guard) for each chunk worker but the
+        # first, which uses ``dialect``: needed when read_parallelism > 1.
+        self._open_dialect = open_dialect
+        self._parallelism = config.source.read_parallelism
+        if self._parallelism > 1 and open_dialect is None:
+            raise ValueError("read_parallelism > 1 needs open_dialect for the other workers")
+        self._windows_in_flight = max(WINDOWS_IN_FLIGHT, self._parallelism + 1)
         self._open_reader = open_reader
         self._sink = sink
         self._store = store
@@ -261,8 +277,13 @@ class Engine:
             # and not at a later end, which would skip what came in between.
             self.state.stream.resume = dict(start)
             self._store.save(self.state)
-        worker = ChunkWorker(self._dialect, self._hooks, self._cleanup)
-        self._worker = worker
+        extra = (
+            [self._open_dialect() for _ in range(self._parallelism - 1)]
+            if self._open_dialect
+            else []
+        )
+        worker = ChunkWorkers([self._dialect, *extra], self._hooks, self._cleanup)
+        self._workers = worker
         try:
             while True:
                 if should_stop is not None and should_stop():
@@ -597,9 +618,9 @@ class Engine:
             self._drop_run(progress)
             stopped.add((progress.signal_id, progress.table))
             log.info("snapshot of %s stopped by signal %s", progress.table, signal.id)
-        # A stopped table's max-key or chunk query may run for long (a slow filter): cancel
-        # it, so the worker is free for the next table at once.
-        self._worker.cancel(lambda task: (task.signal_id, task.table) in stopped)
+        # A stopped table's max-key or chunk queries may run for long (a slow filter): cancel
+        # them, so the workers are free for the next table at once.
+        self._workers.cancel(lambda task: (task.signal_id, task.table) in stopped)
 
     def _pause(self, signal: PauseSnapshot, position: Position) -> None:
         try:
@@ -623,8 +644,7 @@ class Engine:
         key = f"{progress.signal_id}\x00{progress.table}"
         run = self._runs.get(key)
         if run is None or run.progress is not progress:
-            run = self._runs[key] = _TableRun(progress, cursor=progress.last_read_key)
-            run.next_number = progress.chunk_id + 1
+            run = self._runs[key] = _TableRun(progress)
         return run
 
     def _drop_run(self, progress: TableProgress) -> None:
@@ -644,40 +664,62 @@ class Engine:
         log.error("snapshot of %s failed: %s", run.progress.table, error)
 
     def _schedule(self) -> None:
-        """Give the worker its next task: start the active table, or read its next chunk."""
-        if self._worker.busy or time.monotonic() < self._retry_at:
+        """Give idle workers their next tasks: start the active table, or read its next
+        spans (several at once with read_parallelism > 1, each in its own window)."""
+        if time.monotonic() < self._retry_at:
             return
+        while self._workers.idle and self._schedule_one():
+            pass
+
+    def _schedule_one(self) -> bool:
+        """Submit one task if there is one to submit now; whether one was."""
         progress = self.state.active()
         if progress is None:
-            return
+            return False
         run = self._run_of(progress)
         if run.schema is None:
-            if not run.starting:
-                run.starting = True
-                self._worker.submit(
-                    StartTask(
-                        progress.table,
-                        progress.signal_id,
-                        progress.surrogate_key,
-                        progress.filter,
-                        known_max_key=progress.status is SnapshotStatus.RUNNING,
-                    )
+            if run.starting:
+                return False
+            run.starting = True
+            self._workers.submit(
+                StartTask(
+                    progress.table,
+                    progress.signal_id,
+                    progress.surrogate_key,
+                    progress.filter,
+                    known_max_key=progress.status is SnapshotStatus.RUNNING,
                 )
-            return
-        if run.exhausted or run.reading or len(run.flights) >= WINDOWS_IN_FLIGHT:
-            return
+            )
+            return True
+        if len(run.flights) >= self._windows_in_flight:
+            return False
         assert progress.max_key is not None
+        if run.plan is None:
+            run.plan = SpanPlan(
+                progress.last_read_key,
+                progress.chunk_id + 1,
+                progress.max_key,
+                self._source.chunk_size,
+                bound_ahead=self._parallelism > 1,
+                max_ahead=SPANS_AHEAD_PER_WINDOW * self._windows_in_flight,
+            )
         window_id = _new_window_id()
+        span = run.plan.take(window_id)
+        if span is None:
+            return False
+        closed = span.read is SpanRead.CLOSED
+        assert not closed or span.upto is not None
         task = ChunkTask(
             table=progress.table,
             signal_id=progress.signal_id,
-            number=run.next_number,
+            number=span.number,
             window=ChunkWindow(window_id, progress.table, progress.key_columns),
             schema=run.schema,
-            after=run.cursor,
-            upto=progress.max_key,
+            after=span.after,
+            upto=span.upto if closed and span.upto is not None else progress.max_key,
             condition=progress.filter,
             limit=self._source.chunk_size,
+            read=span.read,
         )
         # Rule 1: register the window before the worker writes its open watermark.
         self._windows[window_id] = _Flight(task)
@@ -685,12 +727,10 @@ class Engine:
         if self._cleanup is not None:
             self._cleanup.opened(window_id)
         run.flights.append(window_id)
-        run.awaiting.add(window_id)
-        run.reading = True
-        run.next_number += 1
-        self._worker.submit(task)
+        self._workers.submit(task)
+        return True
 
-    def _on_result(self, result: TableStarted | ChunkRead | TaskFailed) -> None:
+    def _on_result(self, result: Result) -> None:
         task = result.task
         if isinstance(result, TaskFailed) and isinstance(task, ChunkTask):
             self._window_over(task.window.window_id)  # never continued: a new window re-reads
@@ -700,20 +740,23 @@ class Engine:
         if progress is None or progress.signal_id != task.signal_id or progress.status.finished:
             return  # stopped or failed meanwhile
         run = self._run_of(progress)
-        if (
-            isinstance(result, TaskFailed)
-            and isinstance(task, ChunkTask)
-            and task.window.window_id not in run.awaiting
+        if isinstance(task, ChunkTask) and (
+            run.plan is None or run.plan.span_of(task.window.window_id) is None
         ):
             # A window given up meanwhile (a forged watermark row took its id, so its own
-            # insert failed; or a re-read): the chunk is read again under a new window.
-            run.reading = False
-            log.debug(
-                "chunk %d of %s: a voided window's task failed: %s",
-                task.number,
-                task.table,
-                result.error,
-            )
+            # insert failed; or a re-read), or whose close was already handled (the log can
+            # be faster than this answer): nothing to do.
+            if isinstance(result, TaskFailed):
+                log.debug(
+                    "chunk %d of %s: a voided window's task failed: %s",
+                    task.number,
+                    task.table,
+                    result.error,
+                )
+            elif isinstance(result, ChunkRead):
+                log.debug(
+                    "chunk %d of %s: %d rows selected", task.number, task.table, result.selected
+                )
             return
         if isinstance(result, TaskFailed):
             if result.cancelled:
@@ -758,17 +801,16 @@ class Engine:
                     f"was paging by ({', '.join(progress.key_columns)})",
                 )
             return
-        assert isinstance(task, ChunkTask)
-        run.reading = False
-        if task.window.window_id not in run.awaiting:
-            return  # voided by a re-read
-        run.awaiting.discard(task.window.window_id)
-        # The close watermark may already have been handled (the log can be faster than
-        # this result): the cursor moves on either way.
-        if result.last_key is not None:
-            run.cursor = result.last_key
-        if result.selected < task.limit or result.last_key == progress.max_key:
-            run.exhausted = True
+        assert isinstance(task, ChunkTask) and run.plan is not None
+        window_id = task.window.window_id
+        if isinstance(result, ChunkBounded):
+            # The next span can be planned (on another worker) while this one is read.
+            run.plan.bounded(window_id, result.upto, result.final)
+            log.debug("chunk %d of %s: ends at key %s", task.number, task.table, result.upto)
+            return
+        if task.read is SpanRead.OPEN:
+            # The read's last key ends the span (the close may have said so already).
+            run.plan.read_open(window_id, result.selected, result.last_key)
         log.debug("chunk %d of %s: %d rows selected", task.number, task.table, result.selected)
 
     def _window_over(self, window_id: str) -> None:
@@ -851,7 +893,7 @@ class Engine:
             at,
             level=logging.WARNING,
         )
-        self._reread(run)
+        self._read_again(run, task.window.window_id)
 
     def _close(self, flight: _Flight, event: ChangeEvent) -> None:
         task, window = flight.task, flight.task.window
@@ -870,7 +912,7 @@ class Engine:
             self._history.prune(window.visibility)
             if stale is None:
                 log.info("chunk %d of %s: re-read (history too short)", task.number, task.table)
-                self._reread(run)
+                self._read_again(run, window.window_id)
                 return
         try:
             if stale:
@@ -880,8 +922,10 @@ class Engine:
             # fit the chunk's; an ordering error (a bug): that snapshot fails, not the engine
             self._fail(run, str(exc))
             return
-        # Keep the worker busy: hand it the next chunk before building this one's events.
-        for result in self._worker.poll():
+        # Keep the workers busy: hand them the next chunks before building this one's events.
+        # (This also takes in the span's bound or read answer, if the log was faster: both
+        # were sent before the close watermark was written.)
+        for result in self._workers.poll():
             self._on_result(result)
         if progress.status.finished:
             return  # the next chunk's failure (or a stop) just ended this snapshot
@@ -890,12 +934,22 @@ class Engine:
         # Rule 5: the close watermark is an output barrier: the survivors go to the sink now,
         # before the engine handles any log item after the watermark.
         self._out.append(batch.stamped(event.source, _now_ms(), run.convert))
-        progress.chunk_done(
-            last_key=batch.last_key,
+        assert run.plan is not None
+        # Progress moves over the spans at the head of the plan whose batches are all out
+        # (core.spans, 6.): none, when an earlier span is still being read.
+        for done in run.plan.closed(
+            window.window_id,
             selected=batch.selected,
             emitted=batch.rows.num_rows,
-            chunk_size=task.limit,
-        )
+            last_key=batch.last_key,
+        ):
+            progress.chunk_done(
+                last_key=done.last_key,
+                selected=done.selected,
+                emitted=done.emitted,
+                chunk_size=task.limit,
+                final=done.final,
+            )
         self._dirty = True
         log.debug(
             "chunk %d of %s: close watermark seen, %d emitted, %d dropped by the log",
@@ -946,23 +1000,10 @@ class Engine:
         its window voided, its watermarks, if any were written, then ignored)."""
         if isinstance(task, StartTask):
             run.starting = False  # _schedule submits the StartTask again
-        else:
-            run.reading = False
-            window_id = task.window.window_id
-            if window_id in run.awaiting and window_id not in self._windows:
-                # Its close watermark committed (the answer was lost) and was handled: the
-                # chunk is done and emitted; the next read starts after it.
-                run.awaiting.discard(window_id)
-                run.cursor = run.progress.last_read_key
-            elif window_id in run.awaiting:
-                # Only the newest window can fail (one read at a time, in order): the windows
-                # before it stay valid, and the next read starts where this one did.
-                run.awaiting.discard(window_id)
-                if window_id in run.flights:
-                    run.flights.remove(window_id)
-                self._windows.pop(window_id, None)
-                run.cursor = task.after
-                run.next_number = task.number
+        elif task.window.window_id in self._windows:
+            self._read_again(run, task.window.window_id)
+        # Else its close watermark committed (the answer was lost) and was handled: the chunk
+        # is done and emitted; or the window was given up already.
 
     def _source_failed(self, what: str, error: str) -> None:
         """Note a transient failure of the snapshot side's database calls; raise
@@ -1026,15 +1067,14 @@ class Engine:
             return "the configured source.url"
         return f"{url.host or 'localhost'}:{url.port or 'default port'}/{url.database or ''}"
 
-    def _reread(self, run: _TableRun) -> None:
-        """Forget the table's windows and read again from the last durable chunk."""
-        for window_id in run.flights:
-            self._windows.pop(window_id, None)
-        run.flights.clear()
-        run.awaiting.clear()
-        run.cursor = run.progress.last_read_key
-        run.exhausted = False
-        run.next_number = run.progress.chunk_id + 1
+    def _read_again(self, run: _TableRun, window_id: str) -> None:
+        """Give the window up: its span is read again under a new window (or planned again
+        from its start, if its end was not known yet); the table's other windows go on."""
+        self._windows.pop(window_id, None)
+        if window_id in run.flights:
+            run.flights.remove(window_id)
+        if run.plan is not None:
+            run.plan.void(window_id)
 
     # ---------------------------------------------------------------- keys
 
@@ -1132,7 +1172,7 @@ class Engine:
     # ---------------------------------------------------------------- caught up
 
     def _caught_up(self) -> bool:
-        if self.state.active() is not None or self._windows or self._worker.busy:
+        if self.state.active() is not None or self._windows or self._workers.busy:
             self._target = None
             self._covering = None
             return False

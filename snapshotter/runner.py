@@ -75,6 +75,8 @@ def build_engine(
         store=store,
         hooks=hooks,
         on_progress=on_progress,
+        # One more dialect (connection, statement guard) per extra chunk worker.
+        open_dialect=lambda: open_dialect(config),
     )
     holder.append(engine)
     return engine, store
@@ -103,6 +105,7 @@ def open_sink(
             json_as_text=sink.json_as_text,
             settings=sink.kafka,
             max_unflushed_bytes=sink.max_unacked_mb * 1024 * 1024,
+            client=sink.client,
         )
     return JsonlSink(config.sink.local_path, config.source.topic_prefix, key_columns=key_names)
 

@@ -9,7 +9,9 @@ position as its token. The rules that keep a snapshot moving live here:
   chunk still starts after it, so a snapshot never loops.
 * A chunk is done when it returned fewer rows than asked for, or reached the maximum key
   recorded at the start. Keys are never ordered in Python (collations differ); equality
-  with the maximum key is only a shortcut that saves one empty query.
+  with the maximum key is only a shortcut that saves one empty query. With parallel reads
+  (``core.spans``) chunks are closed key ranges, recorded in key order only, and the engine
+  says which one is the last.
 * A signal is executed once: each processed signal id is kept with the log position it was
   seen at, and the same id at that position or before (a replay after a restart) is
   skipped, while the same id inserted again later (Debezium's docs reuse ids like
@@ -124,9 +126,19 @@ class TableProgress(_Model):
         self.status = SnapshotStatus.RUNNING if max_key is not None else SnapshotStatus.DONE
 
     def chunk_done(
-        self, *, last_key: Key | None, selected: int, emitted: int, chunk_size: int
+        self,
+        *,
+        last_key: Key | None,
+        selected: int,
+        emitted: int,
+        chunk_size: int,
+        final: bool | None = None,
     ) -> None:
-        """A window closed and its READ rows are durable in the sink: move on."""
+        """A window closed and its READ rows are durable in the sink: move on.
+
+        ``final``: whether this was the last chunk, when the caller knows (a closed key range
+        read whole, ``core.spans``: a range can return fewer rows than ``chunk_size`` and not
+        be the last); None decides by the rule above."""
         self._require(SnapshotStatus.RUNNING, SnapshotStatus.PAUSED, action="finish a chunk of")
         if selected and last_key is None:
             raise StateError("a chunk that selected rows has a last key")
@@ -136,7 +148,11 @@ class TableProgress(_Model):
         self.rows_emitted += emitted
         if last_key is not None:
             self.last_read_key = normalize_key(last_key)
-        if selected < chunk_size or (last_key is not None and self.last_read_key == self.max_key):
+        if final is None:
+            final = selected < chunk_size or (
+                last_key is not None and self.last_read_key == self.max_key
+            )
+        if final:
             self.status = SnapshotStatus.DONE
 
     def pause(self) -> None:

@@ -153,6 +153,22 @@ class Dialect(Protocol):
         cannot change what later queries of other tables return."""
         ...
 
+    def chunk_bound(
+        self,
+        schema: TableSchema,
+        key_columns: Sequence[str],
+        after: Key | None,
+        upto: Key,
+        condition: str | None,
+        rows: int,
+    ) -> Key | None:
+        """Where a chunk of ``rows`` rows after ``after`` ends: the key of the ``rows``-th
+        row with ``after < key <= upto`` under the filter, in key order (a scan of the key's
+        index, no row fetched to the client); None when fewer rows remain. Runs like
+        ``max_key`` (time limit, session reset after a filter). Parallel reads
+        (``core.spans``) read the range up to it whole while the next one is bounded."""
+        ...
+
     def row_converter(
         self, schema: TableSchema
     ) -> Callable[[dict[str, Any]], dict[str, Any]] | None:

@@ -3,9 +3,10 @@
 Two kinds of connection:
 
 * a SQLAlchemy engine (``mysql+pymysql``) for the catalog and watermark inserts;
-* one pymysql connection for the max-key and chunk SELECTs, each run in its own
-  ``START TRANSACTION READ ONLY`` (a filter, SQL from the signal table, cannot write), with
-  the session in UTC so TIMESTAMP values come back as the binlog has them.
+* one connection for the max-key and chunk SELECTs, with mysqlclient (C) when it is
+  installed, else pymysql (``my_client``), each query run in its own ``START TRANSACTION
+  READ ONLY`` (a filter, SQL from the signal table, cannot write), with the session in UTC
+  so TIMESTAMP values come back as the binlog has them.
 
 The chunk predicate is the OR-expanded key comparison with a leading bound on the first
 key column, ``k1 >= ? AND (k1 > ? OR (k1 = ? AND k2 > ?))``: MariaDB reads a row-value
@@ -21,7 +22,6 @@ no visibility bookkeeping is needed (``commits_visible_in_log_order``).
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,7 +35,7 @@ from signals import Watermark
 from signals.names import TableId
 from signals.table import delete_watermarks, insert_signal, watermark_rows
 from snapshotter.core.keys import Key, KeyCodecError, normalize_key
-from snapshotter.dialects import my_types
+from snapshotter.dialects import my_client, my_types
 from snapshotter.dialects.base import (
     ChunkRead,
     ChunkReadError,
@@ -90,10 +90,8 @@ _VARIABLES_QUERY = "SELECT " + ", ".join(f"@@session.{v}" for v in _OUTPUT_VARIA
 # A statement that ran past its limit: MariaDB's max_statement_time (ER_STATEMENT_TIMEOUT),
 # MySQL's MAX_EXECUTION_TIME (ER_QUERY_TIMEOUT).
 _TIMEOUT_ERRORS = frozenset({1969, 3024})
-# COM_RESET_CONNECTION (MySQL 5.7+, MariaDB 10.2.4+; pymysql has no helper for it): the
-# session as new (variables, user variables, GET_LOCK locks, temporary tables) without a new
-# connection: about 0.1 ms where a reconnect takes 20 ms.
-_COM_RESET_CONNECTION = 0x1F
+# What the chunk connection's client library raises (either library's errors).
+_CLIENT_ERRORS = my_client.all_errors()
 
 
 def _transient(error: BaseException) -> bool:
@@ -101,11 +99,10 @@ def _transient(error: BaseException) -> bool:
         return True
     if isinstance(error, sa.exc.DBAPIError) and error.connection_invalidated:
         return True
-    if isinstance(error, pymysql.err.InterfaceError):
+    if my_client.closed_error(error):
         return True  # pymysql's (0, ''): the connection is closed
-    if isinstance(error, pymysql.err.Error):
-        code = error.args[0] if error.args and isinstance(error.args[0], int) else None
-        return code in _CONNECTION_ERRORS
+    if isinstance(error, _CLIENT_ERRORS):
+        return my_client.error_code(error) in _CONNECTION_ERRORS
     return False
 
 
@@ -159,9 +156,18 @@ class MySqlDialect:
     commits_visible_in_log_order = True
 
     def __init__(
-        self, url: str | sa.URL, signal_table: TableId, chunk_timeout_s: float = DEFAULT_TIMEOUT_S
+        self,
+        url: str | sa.URL,
+        signal_table: TableId,
+        chunk_timeout_s: float = DEFAULT_TIMEOUT_S,
+        client: str | None = None,
     ) -> None:
         self.url = mysql_url(url)
+        # The chunk connection's client library (my_client): the fastest installed unless
+        # named.
+        if client is not None and client not in my_client.available():
+            raise ValueError(f"MySQL client library {client!r} is not installed")
+        self.client = client or my_client.default()
         self.chunk_timeout_s = chunk_timeout_s
         database = self.url.database
         if not database:
@@ -169,7 +175,7 @@ class MySqlDialect:
         self._default_schema = database
         self.signal_table = signal_table.with_default_schema(database)
         self._engine: sa.Engine | None = None
-        self._conn: pymysql.connections.Connection[Any] | None = None
+        self._conn: Any = None  # a my_client connection (mysqlclient's or pymysql's)
         self._conn_lock = threading.Lock()  # the chunk connection serves one query at a time
         self._guard = QueryGuard()  # time limit and cancellation of its queries
         self._variables: tuple[Any, ...] | None = None  # its _OUTPUT_VARIABLES when clean
@@ -204,9 +210,9 @@ class MySqlDialect:
         kwargs["charset"] = "utf8mb4"
         return kwargs
 
-    def _connection(self) -> pymysql.connections.Connection[Any]:
-        if self._conn is None or not self._conn.open:
-            conn = pymysql.connect(**self.connect_args(), autocommit=True)
+    def _connection(self) -> Any:
+        if self._conn is None or not my_client.is_open(self._conn):
+            conn = my_client.connect(self.client, self.url)
             _set_session(conn)
             self._variables = _session_variables(conn)
             self._conn = conn
@@ -231,8 +237,7 @@ class MySqlDialect:
         if self._conn_lock.acquire(timeout=CANCEL_TIMEOUT_S):
             try:
                 if self._conn is not None:
-                    with contextlib.suppress(pymysql.err.Error):
-                        self._conn.close()
+                    my_client.close_quietly(self._conn)
                     self._conn = None
             finally:
                 self._conn_lock.release()
@@ -453,7 +458,7 @@ class MySqlDialect:
         sql, params = self._chunk_statement(schema, key_columns, after, upto, condition, limit)
         with self._conn_lock:
             conn = self._connection()
-            with conn.cursor(pymysql.cursors.DictCursor) as cur:
+            with my_client.dict_cursor(conn) as cur:
                 cur.execute("EXPLAIN " + sql, params)
                 return list(cur.fetchall())
 
@@ -549,9 +554,9 @@ class MySqlDialect:
                         if what == CHUNK_QUERY:
                             failpoint("chunk.select")
                     finally:
-                        if conn.open:
+                        if my_client.is_open(conn):
                             cur.execute("COMMIT")
-            except pymysql.err.Error as exc:
+            except _CLIENT_ERRORS as exc:
                 raise self._failure(table, what, exc, query, filtered) from exc
             finally:
                 self._after_read(query, filtered)
@@ -560,7 +565,7 @@ class MySqlDialect:
                 raise self._outcome_error(query.outcome, table, what, filtered)
         return rows
 
-    def _check_variables(self, cur: pymysql.cursors.Cursor, table: TableId) -> None:
+    def _check_variables(self, cur: Any, table: TableId) -> None:
         cur.execute(_VARIABLES_QUERY)
         now = cur.fetchone()
         if self._variables is None or now is None:
@@ -590,30 +595,29 @@ class MySqlDialect:
         after a filtered one, a clean session: COM_RESET_CONNECTION (session and user
         variables, GET_LOCK locks, temporary tables), then the session's own settings."""
         conn = self._conn
-        if conn is None or not conn.open:
+        if conn is None or not my_client.is_open(conn):
             return
         try:
             if query is not None and query.outcome is not None:
                 conn.close()
-            elif filtered and _reset_session(conn) != self._variables:
+            elif filtered and _reset_session(conn, self.url) != self._variables:
                 # The reset left the session unlike a new one (a server that resets the
                 # character set to its own default): start a new one instead.
                 conn.close()
-        except pymysql.err.Error:
-            with contextlib.suppress(pymysql.err.Error):
-                conn.close()  # whatever the filter left is gone with the session
-        if not conn.open:
+        except _CLIENT_ERRORS:
+            my_client.close_quietly(conn)  # whatever the filter left is gone with the session
+        if not my_client.is_open(conn):
             self._conn = None  # reconnect on the next read
 
     def _failure(
         self,
         table: TableId,
         what: str,
-        exc: pymysql.err.Error,
+        exc: BaseException,
         query: GuardedQuery | None,
         filtered: bool,
     ) -> Exception:
-        code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+        code = my_client.error_code(exc)
         if query is not None and query.outcome is not None:
             return self._outcome_error(query.outcome, table, what, filtered)
         if code in _TIMEOUT_ERRORS:
@@ -622,8 +626,7 @@ class MySqlDialect:
         message = f"{what} on table {table} failed: ({code}) {detail}"
         if _transient(exc):
             if self._conn is not None:
-                with contextlib.suppress(pymysql.err.Error):
-                    self._conn.close()
+                my_client.close_quietly(self._conn)
             self._conn = None  # reconnect on the next read
             return ChunkReadError(message)
         return TableError(message)
@@ -634,6 +637,73 @@ class MySqlDialect:
         if outcome is Outcome.CANCELLED:
             return cancelled_error(what, table)
         return timeout_error(what, table, self.chunk_timeout_s, filtered)
+
+    # --- chunk bounds (parallel reads, core.spans) -----------------------------------------
+
+    def chunk_bound(
+        self,
+        schema: TableSchema,
+        key_columns: Sequence[str],
+        after: Key | None,
+        upto: Key,
+        condition: str | None,
+        rows: int,
+    ) -> Key | None:
+        keys = tuple(key_columns)
+        sql, params = self._bound_statement(schema, keys, after, upto, condition, rows)
+        found = self._read(schema.table, "chunk bound query", sql, params, condition is not None)
+        if not found:
+            return None
+        (key,) = self._model_rows(schema, keys, found, keys)
+        return self._checked_key(schema, key, "chunk bound")
+
+    def explain_bound(
+        self,
+        schema: TableSchema,
+        key_columns: Sequence[str],
+        after: Key | None,
+        upto: Key,
+        condition: str | None,
+        rows: int,
+    ) -> list[dict[str, Any]]:
+        """``EXPLAIN`` of ``chunk_bound``'s query, one dict per plan row (``type`` must be
+        ``range`` on the key's index)."""
+        keys = tuple(key_columns)
+        sql, params = self._bound_statement(schema, keys, after, upto, condition, rows)
+        with self._conn_lock:
+            conn = self._connection()
+            with my_client.dict_cursor(conn) as cur:
+                cur.execute("EXPLAIN " + sql, params)
+                return list(cur.fetchall())
+
+    def _bound_statement(
+        self,
+        schema: TableSchema,
+        keys: tuple[str, ...],
+        after: Key | None,
+        upto: Key,
+        condition: str | None,
+        rows: int,
+    ) -> tuple[str, dict[str, Any]]:
+        if rows < 1:
+            raise ValueError(f"a chunk bound needs rows >= 1, not {rows}")
+        check_bounds(keys, after, upto)
+        has_after = after is not None
+        bindings = self.key_bindings(schema, keys)
+        enums = frozenset(i for i, b in enumerate(bindings) if b.members is not None)
+        sql = self._statements.get(
+            ("bound", schema, keys, has_after, condition),
+            lambda: _bound_query(
+                schema, keys, has_after, condition, self._float_columns(schema), enums
+            ),
+        )
+        try:
+            params = _bound_params(bindings, after, upto, 1)
+        except my_types.KeyTypeError as exc:
+            raise TableError(f"table {schema.table}: {exc}") from None
+        del params["limit"]
+        params["skip"] = rows - 1
+        return sql, params
 
     # --- writes and the log ----------------------------------------------------------------
 
@@ -692,35 +762,31 @@ def timed_select(sql: str, timeout_s: float, mariadb: bool) -> str:
     return f"SELECT /*+ MAX_EXECUTION_TIME({milliseconds}) */ {rest}"
 
 
-def _is_mariadb(conn: pymysql.connections.Connection[Any]) -> bool:
+def _is_mariadb(conn: Any) -> bool:
     """From the handshake's version ("5.5.5-10.11.6-MariaDB-..."), no query."""
     return "mariadb" in conn.get_server_info().lower()
 
 
-def _set_session(conn: pymysql.connections.Connection[Any]) -> None:
+def _set_session(conn: Any) -> None:
     """The chunk connection's own session settings (after connecting and a reset)."""
     with conn.cursor() as cur:
         # TIMESTAMP values as stored (UTC), as the binlog carries them.
         cur.execute("SET time_zone = '+00:00'")
 
 
-def _session_variables(conn: pymysql.connections.Connection[Any]) -> tuple[Any, ...] | None:
+def _session_variables(conn: Any) -> tuple[Any, ...] | None:
     with conn.cursor() as cur:
         cur.execute(_VARIABLES_QUERY)
         row = cur.fetchone()
     return None if row is None else tuple(row)
 
 
-def _reset_session(conn: pymysql.connections.Connection[Any]) -> tuple[Any, ...] | None:
-    """The session as new, keeping the connection (COM_RESET_CONNECTION), with our own
-    settings again; its _OUTPUT_VARIABLES now. None (a new connection is needed) if
-    pymysql's internals ever change."""
-    execute_command = getattr(conn, "_execute_command", None)
-    read_ok = getattr(conn, "_read_ok_packet", None)
-    if execute_command is None or read_ok is None:
+def _reset_session(conn: Any, url: sa.URL) -> tuple[Any, ...] | None:
+    """The session as new, keeping the connection (``my_client.reset_session``), with our
+    own settings again; its _OUTPUT_VARIABLES now. None (a new connection is needed) if the
+    client library cannot reset it."""
+    if not my_client.reset_session(conn, url):
         return None
-    execute_command(_COM_RESET_CONNECTION, b"")
-    read_ok()
     _set_session(conn)
     return _session_variables(conn)
 
@@ -813,6 +879,30 @@ def _chunk_query(
     if condition is not None:
         query = query.where(signal_filter(condition))
     return query.order_by(*keys).limit(sa.bindparam("limit"))
+
+
+def _bound_query(
+    schema: TableSchema,
+    key_columns: tuple[str, ...],
+    has_after: bool,
+    condition: str | None,
+    floats: frozenset[str],
+    enums: frozenset[int] = frozenset(),
+) -> sa.Select[Any]:
+    """The key ``:skip`` rows past the first after ``:a`` (within ``:u``, under the filter):
+    the chunk query's key range (``key_bound``: a range scan) and order, the key columns
+    only, as the chunk query reads them (FLOAT as DOUBLE: exact), so the server walks the
+    key's index and sends one row."""
+    table = sa_table(schema)
+    keys = key_clauses(schema, table, key_columns)
+    outputs = [sa.cast(k, sa.Double()).label(k.name) if k.name in floats else k for k in keys]
+    query = sa.select(*outputs).select_from(table)
+    if has_after:
+        query = query.where(key_bound(keys, "a", lower=True, enums=enums))
+    query = query.where(key_bound(keys, "u", lower=False, enums=enums))
+    if condition is not None:
+        query = query.where(signal_filter(condition))
+    return query.order_by(*keys).limit(sa.literal_column("1")).offset(sa.bindparam("skip"))
 
 
 def _select_all(schema: TableSchema, floats: frozenset[str]) -> sa.Select[Any]:

@@ -3,13 +3,14 @@
 Two kinds of connection:
 
 * a SQLAlchemy engine for the catalog, watermark inserts and publication changes;
-* one psycopg 3 connection for the max-key and chunk SELECTs, created with
-  ``pg_types.LoadContext()`` so its rows are loaded, in text format, by exactly the loaders
-  the pgoutput decoder uses: a READ row and a log row of the same table are identical.
+* one ADBC connection (``pg_arrow``) for the max-key and chunk SELECTs, which reads rows
+  straight into Arrow: the types whose binary value equals what the pgoutput decoder's
+  loaders make of the output text are read by type, every other type as its output text,
+  so a READ row and a log row of the same table are identical.
 
-SQL is built with SQLAlchemy Core (every identifier quoted by the library) and compiled for
-psycopg; key values are bound parameters, each cast to its column's type so the planner
-compares in that type and range-scans the key's index.
+SQL is built with SQLAlchemy Core (every identifier quoted by the library) and compiled with
+``$n`` parameters; key values are bound parameters, each cast to its column's type so the
+planner compares in that type and range-scans the key's index.
 """
 
 from __future__ import annotations
@@ -17,15 +18,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, time
-from decimal import Decimal
 from functools import partial
 from typing import Any
-from uuid import UUID
 
+import adbc_driver_manager
 import psycopg
+import pyarrow as pa
 import sqlalchemy as sa
-from psycopg.adapt import PyFormat
+from psycopg.conninfo import make_conninfo
+from sqlalchemy.dialects.postgresql import psycopg as sa_psycopg
 from sqlalchemy.types import UserDefinedType
 
 from signals import Watermark
@@ -33,7 +34,7 @@ from signals.names import TableId
 from signals.table import delete_watermarks, insert_signal, watermark_rows
 from snapshotter.core.keys import Key, KeyCodecError, normalize_key
 from snapshotter.core.visibility import PgSnapshot
-from snapshotter.dialects import pg_setup, pg_types
+from snapshotter.dialects import pg_arrow, pg_setup, pg_types
 from snapshotter.dialects.base import (
     ChunkRead,
     ChunkReadError,
@@ -61,8 +62,6 @@ from snapshotter.dialects.sql_common import (
     check_bounds,
     columns_converter,
     key_clauses,
-    last_key,
-    rows_to_arrow,
     sa_table,
     signal_filter,
 )
@@ -70,20 +69,9 @@ from snapshotter.faults import failpoint
 
 DEFAULT_SCHEMA = pg_setup.DEFAULT_SCHEMA
 
-# Python types a key value can have (snapshotter.core.keys.KeyValue). The chunk connection's
-# adapters come from pg_types, which only loads; these dump key values as parameters.
-_KEY_VALUE_TYPES: tuple[type, ...] = (
-    bool,
-    int,
-    float,
-    str,
-    bytes,
-    Decimal,
-    UUID,
-    date,
-    datetime,
-    time,
-)
+# Chunk statements are compiled with positional parameters ($1, $2, ...), as the ADBC
+# driver binds them.
+_DOLLAR_PARAMS = sa_psycopg.dialect(paramstyle="numeric_dollar")  # type: ignore[no-untyped-call]
 
 _RELKIND_NAMES = {
     "v": "a view",
@@ -98,9 +86,15 @@ _RELKIND_NAMES = {
 
 _JSON = pg_types.JSON_OIDS
 
-# The chunk's read transaction begins with this: its snapshot (the SELECT's, REPEATABLE
-# READ) and the statement timeout of the queries in it, in milliseconds.
-_BEGIN_READ = "SELECT pg_current_snapshot()::text, set_config('statement_timeout', %s, true)"
+# The chunk's read transaction: REPEATABLE READ (the snapshot is fixed by its first
+# statement) and READ ONLY (a filter, SQL from the signal table, cannot write). Its first
+# statement records the snapshot (the SELECT's) and sets the statement timeout of the
+# queries in it, in milliseconds.
+_BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+_BEGIN_READ = (
+    "SELECT pg_current_snapshot()::text AS snapshot, "
+    "set_config('statement_timeout', $1, true) AS statement_timeout"
+)
 # Settings that change how values are written as text (the chunk reader's format, also the
 # log decoder's): a filter that changes one (set_config) would make chunk rows differ from
 # log rows, so a filtered read checks them before its rows are used.
@@ -118,11 +112,8 @@ _SETTINGS_QUERY = "SELECT " + ", ".join(f"current_setting('{s}')" for s in _OUTP
 # log decoder loads it as UTC.
 _SESSION_SETTINGS = "SET TimeZone TO 'UTC'"
 # What a filter may have left in the session, undone in one round trip: DISCARD ALL but for
-# DEALLOCATE ALL. psycopg forgets its prepared statements on DISCARD ALL only the first time
-# it runs that statement text (its cache counts it, then no longer looks at its result), so
-# a second DISCARD ALL pulled the chunk query's prepared statement from under psycopg; and
-# prepared chunk statements read 4096-row chunks about 3x faster (measured). No prepared
-# statement holds session state a filter set. Simple protocol (prepare=False): several
+# DEALLOCATE ALL (which cannot run in the implicit transaction of a multi-statement string;
+# no prepared statement holds session state a filter set). Simple protocol: several
 # statements, one implicit transaction.
 _RESET_SESSION = (
     "CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT; RESET ALL; UNLISTEN *; "
@@ -168,6 +159,11 @@ def _transient(error: BaseException) -> bool:
         if error.sqlstate is None and not isinstance(error, psycopg.OperationalError):
             return False  # a client-side error of ours (a closed cursor, a bad parameter)
         return pg_error_is_transient(error.sqlstate, str(error))
+    if isinstance(error, pg_arrow.AdbcError):
+        sqlstate = getattr(error, "sqlstate", None)
+        if sqlstate is None and not isinstance(error, adbc_driver_manager.OperationalError):
+            return False  # a client-side error of ours (a parameter it cannot bind)
+        return pg_error_is_transient(sqlstate, str(error))
     return False
 
 
@@ -214,12 +210,12 @@ class PostgresDialect:
         self.signal_table = signal_table.with_default_schema(DEFAULT_SCHEMA)
         self.publication = publication
         self._engine: sa.Engine | None = None
-        self._conn: psycopg.Connection[Any] | None = None
+        self._conn: pg_arrow.ArrowConnection | None = None
         self._conn_lock = threading.Lock()  # the chunk connection serves one query at a time
         self._guard = QueryGuard()  # time limit and cancellation of its queries
         self._settings: tuple[Any, ...] | None = None  # its _OUTPUT_SETTINGS when clean
         self._database: str | None = None
-        self._statements = StatementCache(lambda: self.engine.dialect)
+        self._statements = StatementCache(lambda: _DOLLAR_PARAMS)
 
     # --- connections ---------------------------------------------------------------------
 
@@ -240,27 +236,30 @@ class PostgresDialect:
     def database(self, value: str) -> None:
         self._database = value
 
-    def _connection(self) -> psycopg.Connection[Any]:
+    def _connection(self) -> pg_arrow.ArrowConnection:
         if self._conn is None or self._conn.closed:
             self._conn = self._connect()
         return self._conn
 
-    def _connect(self) -> psycopg.Connection[Any]:
-        # The same connection arguments the engine would use (host, sslmode, ...), but our
-        # own loaders instead of SQLAlchemy's.
+    def _connect(self) -> pg_arrow.ArrowConnection:
+        # The same connection arguments the engine would use (host, sslmode, ...), as a
+        # libpq connection string; text in UTF-8 whatever the database's encoding (the
+        # driver's Arrow strings are UTF-8; psycopg decoded the server's encoding).
         args, kwargs = self.engine.dialect.create_connect_args(self.url)
         kwargs.pop("context", None)
         kwargs.setdefault("application_name", "snapshotter")
-        conn = psycopg.connect(*args, **kwargs, autocommit=True, context=pg_types.LoadContext())
-        for cls in _KEY_VALUE_TYPES:
-            conn.adapters.register_dumper(cls, psycopg.adapters.get_dumper(cls, PyFormat.TEXT))
-        _set_session(conn)
-        self._settings = conn.execute(_SETTINGS_QUERY).fetchone()
-        # Every transaction ``conn.transaction()`` opens is BEGIN ISOLATION LEVEL
-        # REPEATABLE READ READ ONLY: the snapshot is fixed by its first statement, and a
-        # filter (SQL from the signal table) cannot write.
-        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-        conn.read_only = True
+        kwargs["client_encoding"] = "UTF8"
+        conninfo = make_conninfo(*args, **kwargs)
+        conn = pg_arrow.ArrowConnection(conninfo, CANCEL_TIMEOUT_S)
+        try:
+            conn.script(_SESSION_SETTINGS)
+            self._settings = _first_row(conn.fetch(_SETTINGS_QUERY))
+        except BaseException:
+            conn.close()
+            raise
+        # float8 in binary equals the log's text only when that text reads back exactly.
+        digits = dict(zip(_OUTPUT_SETTINGS, self._settings, strict=True))["extra_float_digits"]
+        conn.float_text = int(digits) <= 0
         return conn
 
     def is_transient(self, exc: BaseException) -> bool:
@@ -430,14 +429,16 @@ class PostgresDialect:
         self, schema: TableSchema, key_columns: Sequence[str], condition: str | None
     ) -> Key | None:
         keys = tuple(key_columns)
-        sql = self._statements.get(
-            ("max", schema, keys, condition), lambda: _max_key_query(schema, keys, condition)
-        )
-        try:
-            rows, _ = self._read(schema.table, "max-key query", sql, {}, condition is not None)
-        except TableError as exc:
-            raise _unrepresentable(exc, schema.table) from exc
-        return _checked_key(schema.table, rows[0], "maximum key") if rows else None
+
+        def statement(float_text: bool) -> tuple[str, list[Any]]:
+            sql = self._statements.get(
+                ("max", schema, keys, condition, float_text),
+                lambda: _max_key_query(schema, keys, condition, float_text),
+            )
+            return sql, []
+
+        rows, _ = self._read(schema.table, "max-key query", statement, condition is not None)
+        return _key_of(schema, keys, rows, "maximum key")
 
     def read_chunk(
         self,
@@ -448,16 +449,14 @@ class PostgresDialect:
         condition: str | None,
         limit: int,
     ) -> ChunkRead:
-        sql, params = self._chunk_statement(schema, key_columns, after, upto, condition, limit)
-        try:
-            rows, snapshot = self._read(
-                schema.table, CHUNK_QUERY, sql, params, condition is not None
-            )
-        except TableError as exc:
-            raise _unrepresentable(exc, schema.table) from exc
-        last = last_key(schema, key_columns, rows)
+        statement = partial(
+            self._chunk_statement, schema, key_columns, after, upto, condition, limit
+        )
+        raw, snapshot = self._read(schema.table, CHUNK_QUERY, statement, condition is not None)
+        rows = _to_schema(schema.table, raw, schema.arrow_schema())
+        last = pg_arrow.last_row_key(rows, key_columns)
         return ChunkRead(
-            rows_to_arrow(schema, rows),
+            rows,
             None if last is None else _checked_key(schema.table, last, "last key of a chunk"),
             PgSnapshot.parse(snapshot),
         )
@@ -474,11 +473,15 @@ class PostgresDialect:
         """The plan (``EXPLAIN``) of the chunk SELECT ``read_chunk`` would run: a composite
         key must be an index range (``Index Cond`` with the row comparison), or every chunk
         reads the index from its start."""
-        sql, params = self._chunk_statement(schema, key_columns, after, upto, condition, limit)
-        rows, _ = self._read(
-            schema.table, "EXPLAIN of the chunk query", "EXPLAIN " + sql, params, False
-        )
-        return "\n".join(str(r[0]) for r in rows)
+
+        def statement(float_text: bool) -> tuple[str, list[Any]]:
+            sql, params = self._chunk_statement(
+                schema, key_columns, after, upto, condition, limit, float_text
+            )
+            return "EXPLAIN " + sql, params
+
+        rows, _ = self._read(schema.table, "EXPLAIN of the chunk query", statement, False)
+        return "\n".join(str(line) for line in rows.column(0).to_pylist())
 
     def _chunk_statement(
         self,
@@ -488,15 +491,18 @@ class PostgresDialect:
         upto: Key,
         condition: str | None,
         limit: int,
-    ) -> tuple[str, dict[str, Any]]:
+        float_text: bool,
+    ) -> tuple[str, list[Any]]:
+        """The chunk SELECT and its parameters in ``$n`` order."""
         keys = tuple(key_columns)
         check_bounds(keys, after, upto)
         has_after = after is not None
-        sql = self._statements.get(
-            ("chunk", schema, keys, has_after, condition),
-            lambda: _chunk_query(schema, keys, has_after, condition),
+        sql, names = self._statements.get_positional(
+            ("chunk", schema, keys, has_after, condition, float_text),
+            lambda: _chunk_query(schema, keys, has_after, condition, float_text),
         )
-        return sql, bound_params(after, upto, limit)
+        params = bound_params(after, upto, limit)
+        return sql, [params[name] for name in names]
 
     def row_converter(
         self, schema: TableSchema
@@ -524,39 +530,69 @@ class PostgresDialect:
             yield from read_table_rows(conn, schema.table, columns)
 
     def _read(
-        self, table: TableId, what: str, sql: str, params: dict[str, Any], filtered: bool
-    ) -> tuple[list[tuple[Any, ...]], str]:
-        """Run ``sql`` in one REPEATABLE READ READ ONLY transaction under the time limit;
-        its rows and the transaction's snapshot (``pg_current_snapshot()``, the snapshot
-        ``sql`` read in). ``filtered``: ``sql`` holds a signal's filter, so the session's
-        output settings are checked before the rows are used and the session is reset
-        after (whatever the filter did to it stays out of later reads)."""
+        self,
+        table: TableId,
+        what: str,
+        statement: Callable[[bool], tuple[str, list[Any]]],
+        filtered: bool,
+    ) -> tuple[pa.Table, str]:
+        """Run the query ``statement(float_text)`` builds (its SQL and ``$n`` parameters, for
+        the connection's float mode) in one REPEATABLE READ READ ONLY transaction under the
+        time limit; its rows as the driver's Arrow table, and the transaction's snapshot
+        (``pg_current_snapshot()``, the snapshot the query read in). ``filtered``: the SQL
+        holds a signal's filter, so the session's output settings are checked before the
+        rows are used and the session is reset after (whatever the filter did to it stays
+        out of later reads)."""
         with self._conn_lock:
             query: GuardedQuery | None = None
             try:
                 conn = self._connection()
+                sql, params = statement(conn.float_text)
                 timeout_ms = str(max(1, round(self.chunk_timeout_s * 1000)))
-                guard = self._guard.running(self.chunk_timeout_s, partial(_cancel, conn))
-                with guard as query, conn.transaction():
-                    snapshot = conn.execute(_BEGIN_READ, (timeout_ms,)).fetchone()
-                    rows = conn.execute(sql, params).fetchall()
-                    if filtered:
-                        self._check_settings(conn, table)
-                    if what == CHUNK_QUERY:
-                        failpoint("chunk.select")
-            except psycopg.Error as exc:
+                with self._guard.running(self.chunk_timeout_s, conn.cancel) as query:
+                    rows, snapshot = self._transaction(
+                        conn, table, what, sql, params, timeout_ms, filtered
+                    )
+            except pg_arrow.AdbcError as exc:
                 raise self._failure(table, what, exc, query, filtered) from exc
             finally:
                 self._after_read(query, filtered)
             assert query is not None
             if query.outcome is not None:  # cancelled, though the query got to its end
                 raise self._outcome_error(query.outcome, table, what, filtered)
-        assert snapshot is not None
-        return rows, str(snapshot[0])
+        return rows, snapshot
 
-    def _check_settings(self, conn: psycopg.Connection[Any], table: TableId) -> None:
-        now = conn.execute(_SETTINGS_QUERY).fetchone()
-        if self._settings is None or now is None:
+    def _transaction(
+        self,
+        conn: pg_arrow.ArrowConnection,
+        table: TableId,
+        what: str,
+        sql: str,
+        params: list[Any],
+        timeout_ms: str,
+        filtered: bool,
+    ) -> tuple[pa.Table, str]:
+        conn.script(_BEGIN)
+        try:
+            snapshot = _first_row(conn.fetch(_BEGIN_READ, [timeout_ms]))[0]
+            rows = conn.fetch(sql, params)
+            if filtered:
+                self._check_settings(conn, table)
+            if what == CHUNK_QUERY:
+                failpoint("chunk.select")
+            conn.script("COMMIT")
+        except BaseException:
+            if not conn.broken:
+                try:
+                    conn.script("ROLLBACK")
+                except pg_arrow.AdbcError:
+                    conn.broken = True
+            raise
+        return rows, str(snapshot)
+
+    def _check_settings(self, conn: pg_arrow.ArrowConnection, table: TableId) -> None:
+        now = _first_row(conn.fetch(_SETTINGS_QUERY))
+        if self._settings is None:
             return
         error = session_changed_error(
             table,
@@ -579,8 +615,8 @@ class PostgresDialect:
             if query is not None and query.outcome is not None:
                 conn.close()
             elif filtered and not conn.broken:
-                conn.execute(_RESET_SESSION, prepare=False)
-        except psycopg.Error:
+                conn.script(_RESET_SESSION)
+        except pg_arrow.AdbcError:
             conn.close()  # whatever the filter left is gone with the session
         if conn.closed or conn.broken:
             conn.close()
@@ -590,7 +626,7 @@ class PostgresDialect:
         self,
         table: TableId,
         what: str,
-        exc: psycopg.Error,
+        exc: pg_arrow.AdbcError,
         query: GuardedQuery | None,
         filtered: bool,
     ) -> Exception:
@@ -600,12 +636,12 @@ class PostgresDialect:
         if query is not None and query.outcome is not None:
             return self._outcome_error(query.outcome, table, what, filtered)
         if (
-            exc.sqlstate == _QUERY_CANCELED
+            getattr(exc, "sqlstate", None) == _QUERY_CANCELED
             and query is not None
             and query.ran_for(self.chunk_timeout_s)
         ):
             return self._outcome_error(Outcome.TIMED_OUT, table, what, filtered)
-        message = f"{what} on table {table} failed: {str(exc).strip()}"
+        message = f"{what} on table {table} failed: {pg_arrow.error_message(exc)}"
         conn = self._conn
         if conn is not None and (conn.broken or conn.closed):
             conn.close()
@@ -620,6 +656,68 @@ class PostgresDialect:
         if outcome is Outcome.CANCELLED:
             return cancelled_error(what, table)
         return timeout_error(what, table, self.chunk_timeout_s, filtered)
+
+    # --- chunk bounds (parallel reads, core.spans) -----------------------------------------
+
+    def chunk_bound(
+        self,
+        schema: TableSchema,
+        key_columns: Sequence[str],
+        after: Key | None,
+        upto: Key,
+        condition: str | None,
+        rows: int,
+    ) -> Key | None:
+        statement = partial(
+            self._bound_statement, schema, key_columns, after, upto, condition, rows
+        )
+        found, _ = self._read(schema.table, "chunk bound query", statement, condition is not None)
+        return _key_of(schema, tuple(key_columns), found, "chunk bound")
+
+    def explain_bound(
+        self,
+        schema: TableSchema,
+        key_columns: Sequence[str],
+        after: Key | None,
+        upto: Key,
+        condition: str | None,
+        rows: int,
+    ) -> str:
+        """The plan of ``chunk_bound``'s query: an index (only) scan with the key range as
+        its ``Index Cond``, never a scan from the index's start or a sort."""
+
+        def statement(float_text: bool) -> tuple[str, list[Any]]:
+            sql, params = self._bound_statement(
+                schema, key_columns, after, upto, condition, rows, float_text
+            )
+            return "EXPLAIN " + sql, params
+
+        found, _ = self._read(schema.table, "EXPLAIN of the chunk bound query", statement, False)
+        return "\n".join(str(line) for line in found.column(0).to_pylist())
+
+    def _bound_statement(
+        self,
+        schema: TableSchema,
+        key_columns: Sequence[str],
+        after: Key | None,
+        upto: Key,
+        condition: str | None,
+        rows: int,
+        float_text: bool,
+    ) -> tuple[str, list[Any]]:
+        if rows < 1:
+            raise ValueError(f"a chunk bound needs rows >= 1, not {rows}")
+        keys = tuple(key_columns)
+        check_bounds(keys, after, upto)
+        has_after = after is not None
+        sql, names = self._statements.get_positional(
+            ("bound", schema, keys, has_after, condition, float_text),
+            lambda: _bound_query(schema, keys, has_after, condition, float_text),
+        )
+        params = bound_params(after, upto, 1)
+        del params["limit"]
+        params["skip"] = rows - 1
+        return sql, [params[name] for name in names]
 
     # --- writes --------------------------------------------------------------------------
 
@@ -659,25 +757,52 @@ class PostgresDialect:
 # --- SQL -----------------------------------------------------------------------------------
 
 
-def _set_session(conn: psycopg.Connection[Any]) -> None:
-    """The chunk connection's own session settings (after connecting)."""
-    conn.execute(_SESSION_SETTINGS)
+def _first_row(table: pa.Table) -> tuple[Any, ...]:
+    """The first row of a one-row result, by position (names may repeat)."""
+    return tuple(column[0].as_py() for column in table.columns)
 
 
-def _cancel(conn: psycopg.Connection[Any]) -> None:
-    """Ask the server to cancel ``conn``'s query (from another thread)."""
-    conn.cancel_safe(timeout=CANCEL_TIMEOUT_S)
-
-
-def _output(table: sa.TableClause, column: ColumnInfo) -> sa.ColumnElement[Any]:
-    """The column as selected: as is when loaded by type, else the text of its type's
-    output function, as pgoutput sends it (``pg_types.OUTPUT_TEXT``, written with
-    SQLAlchemy), under the column's own name."""
+def _output(table: sa.TableClause, column: ColumnInfo, float_text: bool) -> sa.ColumnElement[Any]:
+    """The column as selected, under its own name: as is when read by type, cast where the
+    driver's binary value differs from what the log decoder loads (``pg_arrow.select_as``),
+    else the text of its type's output function, as pgoutput sends it
+    (``pg_types.OUTPUT_TEXT``, written with SQLAlchemy)."""
     raw = table.c[column.name]
-    if pg_types.loaded_natively(column.type_code):
+    how = pg_arrow.how_read(column.type_code, float_text)
+    if how is pg_arrow.Read.AS_IS:
         return raw
+    if how is pg_arrow.Read.FLOAT_TEXT:
+        return sa.cast(sa.cast(raw, sa.Text()), sa.Double()).label(column.name)
+    if how is pg_arrow.Read.TEXT:
+        return sa.cast(raw, sa.Text()).label(column.name)
+    if how is pg_arrow.Read.BIGINT:
+        return sa.cast(raw, sa.BigInteger()).label(column.name)
     one: sa.ColumnElement[Any] = sa.literal_column("1")
     return sa.case((sa.func.num_nonnulls(raw) == one, sa.func.concat(raw))).label(column.name)
+
+
+def _key_of(
+    schema: TableSchema, key_columns: tuple[str, ...], rows: pa.Table, what: str
+) -> Key | None:
+    """The key in the (last) row of a query selecting the key columns; None for none."""
+    arrow = schema.arrow_schema()
+    typed = _to_schema(schema.table, rows, pa.schema([arrow.field(k) for k in key_columns]))
+    key = pg_arrow.last_row_key(typed, key_columns)
+    return None if key is None else _checked_key(schema.table, key, what)
+
+
+def _to_schema(table_id: TableId, rows: pa.Table, arrow: pa.Schema) -> pa.Table:
+    """``rows`` as the dialect's Arrow types; the snapshot fails (TableError) on a value
+    Python has no type for, as the log decoder's loaders would."""
+    try:
+        return pg_arrow.to_schema(rows, arrow)
+    except pg_arrow.Unrepresentable as exc:
+        raise TableError(
+            f"table {table_id} holds a value snapshotter cannot represent ({exc}): timestamps "
+            "and dates of 'infinity' or outside the years 1-9999, and the time 24:00:00, have "
+            "no Python value; leave such rows out of the snapshot with a filter "
+            '("additional-conditions"), or change them'
+        ) from None
 
 
 def _bound(schema: TableSchema, key_columns: tuple[str, ...], prefix: str) -> list[Any]:
@@ -700,22 +825,28 @@ def _compare(columns: list[sa.ColumnClause[Any]], values: list[Any], op: str) ->
 
 
 def _max_key_query(
-    schema: TableSchema, key_columns: tuple[str, ...], condition: str | None
+    schema: TableSchema, key_columns: tuple[str, ...], condition: str | None, float_text: bool
 ) -> sa.Select[Any]:
     table = sa_table(schema)
     keys = key_clauses(schema, table, key_columns)
-    query = sa.select(*(_output(table, schema.column(k)) for k in key_columns)).select_from(table)
+    outputs = (_output(table, schema.column(k), float_text) for k in key_columns)
+    query = sa.select(*outputs).select_from(table)
     if condition is not None:
         query = query.where(signal_filter(condition))
     return query.order_by(*(k.desc() for k in keys)).limit(sa.literal_column("1"))
 
 
 def _chunk_query(
-    schema: TableSchema, key_columns: tuple[str, ...], has_after: bool, condition: str | None
+    schema: TableSchema,
+    key_columns: tuple[str, ...],
+    has_after: bool,
+    condition: str | None,
+    float_text: bool,
 ) -> sa.Select[Any]:
     table = sa_table(schema)
     keys = key_clauses(schema, table, key_columns)
-    query = sa.select(*(_output(table, c) for c in schema.columns)).select_from(table)
+    outputs = (_output(table, c, float_text) for c in schema.columns)
+    query = sa.select(*outputs).select_from(table)
     if has_after:
         query = query.where(_compare(keys, _bound(schema, key_columns, "a"), ">"))
     query = query.where(_compare(keys, _bound(schema, key_columns, "u"), "<="))
@@ -723,6 +854,33 @@ def _chunk_query(
         query = query.where(signal_filter(condition))
     # ORDER BY the table's own columns (qualified), not the text labels of cast ones.
     return query.order_by(*keys).limit(sa.bindparam("limit", type_=_SqlType("bigint")))
+
+
+def _bound_query(
+    schema: TableSchema,
+    key_columns: tuple[str, ...],
+    has_after: bool,
+    condition: str | None,
+    float_text: bool,
+) -> sa.Select[Any]:
+    """The key ``:skip`` rows past the first after ``:a`` (within ``:u``, under the filter):
+    the chunk query's key range and order, the key columns only (as ``max_key`` selects
+    them), so the planner walks the key's index (index-only when the visibility map allows)
+    and stops there."""
+    table = sa_table(schema)
+    keys = key_clauses(schema, table, key_columns)
+    outputs = (_output(table, schema.column(k), float_text) for k in key_columns)
+    query = sa.select(*outputs).select_from(table)
+    if has_after:
+        query = query.where(_compare(keys, _bound(schema, key_columns, "a"), ">"))
+    query = query.where(_compare(keys, _bound(schema, key_columns, "u"), "<="))
+    if condition is not None:
+        query = query.where(signal_filter(condition))
+    return (
+        query.order_by(*keys)
+        .limit(sa.literal_column("1"))
+        .offset(sa.bindparam("skip", type_=_SqlType("bigint")))
+    )
 
 
 # --- checks --------------------------------------------------------------------------------
@@ -751,20 +909,6 @@ def _generated_key(table: TableId, columns: Sequence[str]) -> str:
         f"{', '.join(columns)}, which PostgreSQL's log (pgoutput) does not carry, so log "
         "events could not be matched with snapshot rows; name a unique NOT NULL column that "
         'is not generated to page by, with "surrogate-key" in the execute-snapshot signal'
-    )
-
-
-def _unrepresentable(exc: TableError, table: TableId) -> TableError:
-    """The TableError of a read whose rows psycopg could not load (a value Python has no
-    type for, such as the date 'infinity'), said so; any other one as it is."""
-    cause = exc.__cause__
-    if not isinstance(cause, psycopg.DataError) or cause.sqlstate is not None:
-        return exc
-    return TableError(
-        f"table {table} holds a value snapshotter cannot represent ({cause}): timestamps "
-        "and dates of 'infinity' or outside the years 1-9999, and the time 24:00:00, have "
-        "no Python value; leave such rows out of the snapshot with a filter "
-        '("additional-conditions"), or change them'
     )
 
 

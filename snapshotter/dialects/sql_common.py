@@ -83,14 +83,24 @@ def columns_converter(
     """A row converter applying ``converters`` by column; None when there are none."""
     if not converters:
         return None
+    return ColumnsConverter(converters)
 
-    def convert(row: dict[str, Any]) -> dict[str, Any]:
+
+class ColumnsConverter:
+    """A row converter made of per-column value converters. ``columns`` lets a sink that
+    encodes a READ batch column by column (``sinks.batch_json``) convert just those columns
+    instead of building a dict per row."""
+
+    __slots__ = ("columns",)
+
+    def __init__(self, columns: dict[str, Callable[[Any], Any]]) -> None:
+        self.columns = columns
+
+    def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
         out = dict(row)
-        for name, conv in converters.items():
+        for name, conv in self.columns.items():
             out[name] = conv(out[name])
         return out
-
-    return convert
 
 
 class StatementCache:
@@ -98,13 +108,21 @@ class StatementCache:
 
     def __init__(self, dialect: Callable[[], sa.Dialect]) -> None:
         self._dialect = dialect
-        self._sql: dict[tuple[Any, ...], str] = {}
+        self._sql: dict[tuple[Any, ...], tuple[str, tuple[str, ...]]] = {}
 
     def get(self, key: tuple[Any, ...], build: Callable[[], sa.Select[Any]]) -> str:
-        sql = self._sql.get(key)
-        if sql is None:
+        return self.get_positional(key, build)[0]
+
+    def get_positional(
+        self, key: tuple[Any, ...], build: Callable[[], sa.Select[Any]]
+    ) -> tuple[str, tuple[str, ...]]:
+        """The statement and, for a dialect with a positional paramstyle (``$1``, ...), the
+        names of its parameters in position order (empty for a named paramstyle)."""
+        found = self._sql.get(key)
+        if found is None:
             if len(self._sql) >= _MAX_CACHED_QUERIES:
                 self._sql.clear()
-            sql = str(build().compile(dialect=self._dialect()))
-            self._sql[key] = sql
-        return sql
+            compiled = build().compile(dialect=self._dialect())
+            found = str(compiled), tuple(compiled.positiontup or ())
+            self._sql[key] = found
+        return found

@@ -13,8 +13,11 @@ Both are Parquet directories (``format = "parquet"``) or Delta tables (``"delta"
 Landing costs in proportion to the batch, not the table:
 
 * The changelog is appended per batch. Each landing overwrites exactly the batches it lands
-  (Parquet: the ``__batch=N`` partitions, dynamic partition overwrite; Delta:
+  (Parquet: the ``__batch=N`` partitions, each replaced whole; Delta:
   ``replaceWhere __batch BETWEEN lo AND hi``), so landing a batch twice changes nothing.
+  Parquet partitions are written with pyarrow (``landing.files``): a staged batch already
+  is Parquet of the landed schema, and a Spark job per landing cost more JVM CPU than the
+  whole engine spent on the same rows.
 * Delta: the current state is a Delta table updated by one MERGE per landing, guarded by
   position (a row is replaced only by a higher ``__pos``), so a second landing matches
   nothing. Delta MERGE scans the key columns of the table to find matches; it rewrites only
@@ -27,6 +30,15 @@ Landing costs in proportion to the batch, not the table:
   and the old one is deleted: each row is rewritten a bounded number of times on average, so
   the total cost stays linear. A plain Parquet reader of ``current/`` sees the state as of the
   last compaction; ``current_state`` (and ``snapshotter verify``) see the exact state.
+* Parquet, appends that need no merge: while a table never landed before gets nothing but
+  READ rows of keys it never had (a first snapshot without log traffic on the table:
+  ``landing.appends`` decides, exactly), those rows are written straight into the base as
+  files of their own (``part-b<batch>-*``, replaced when the batch lands again), besides
+  the changelog: ``current/`` stays exact with no Spark job at all. The first row that
+  needs a merge ends this for the table, and it lands through the tail from then on.
+* Compaction waits while the sink says the table is being snapshotted
+  (``hold_compaction``), so the snapshot's rows are compacted once after it
+  (``compact_released``) instead of at every step of the table's growth.
 
 Unchanged TOAST values (``__unavailable``) take the value of the key's previous event, from
 the same landing or from the state before it, but never from before a delete of the key (a
@@ -40,16 +52,26 @@ import json
 import logging
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from signals.names import TableId
 from snapshotter.faults import failpoint
+from snapshotter.landing.appends import KnownKeys, Plan
+from snapshotter.landing.files import (
+    add_file,
+    parquet_files,
+    parquet_rows,
+    remove_files,
+    replace_partition,
+)
 from snapshotter.landing.staging import StagedBatch, StagedTable
 from snapshotter.landing.types import BATCH, META_COLUMNS, OP, POS, UNAVAILABLE
 
@@ -61,6 +83,7 @@ _LIFE = "__snapshotter_life"
 _RESTARTED = "__snapshotter_restarted"
 
 META_FILE = "_snapshotter.json"
+_APPENDED = "part-b"  # files appended to a base: part-b<batch, 12 digits>-<uuid>.parquet
 META_VERSION = 1
 _SAFE = re.compile(r"[A-Za-z0-9_\-]")
 
@@ -101,11 +124,22 @@ class TableMeta:
     format: Format
     key_columns: list[str]
     landed_through: int = 0  # the last batch landed
-    base: int | None = None  # parquet: the batch the base was compacted at
+    base: int | None = None  # parquet: the batch the base was compacted at (its directory)
+    # parquet: the last batch whose rows the base holds all of, when READ rows of new keys
+    # were appended to it after that compaction (None: ``base``)
+    base_through: int | None = None
+    appended_through: int | None = None  # parquet: the last batch with rows appended to it
     base_rows: int = 0
-    tail_rows: int = 0  # changelog rows after the base (an upper bound)
+    # changelog rows after the base that the base does not hold (an upper bound): what a
+    # compaction has to merge
+    tail_rows: int = 0
     truncated_at: str | None = None  # the position of the last truncate landed
     unavailable_columns: list[str] = field(default_factory=list)  # ever landed unavailable
+
+    @property
+    def covered(self) -> int | None:
+        """The last batch the base holds (changelog rows after it are the tail)."""
+        return self.base if self.base_through is None else self.base_through
 
     def to_json(self) -> str:
         return json.dumps({"version": META_VERSION, **self.__dict__}, indent=1)
@@ -146,6 +180,12 @@ class Lander:
         self.compact_min_rows = compact_min_rows
         self._fs, self._fs_root = pafs.FileSystem.from_uri(self.root)
         self._metas: dict[TableId, TableMeta] = {}
+        # Tables whose compaction waits (the sink: while they are being snapshotted, so a
+        # snapshot's rows are compacted once, after it, not again at every step of growth).
+        self.hold_compaction: Callable[[TableId], bool] = lambda table: False
+        # parquet: tables never landed before this process: the keys landed since, to tell
+        # READ rows that are appends needing no merge (``landing.appends``).
+        self._known: dict[TableId, KnownKeys] = {}
 
     # ------------------------------------------------------------------ paths and metadata
 
@@ -190,16 +230,16 @@ class Lander:
         started = time.monotonic()
         if not batches:
             return Landed((), 0, 0.0)
-        by_table: dict[TableId, list[StagedTable]] = {}
+        by_table: dict[TableId, list[tuple[int, StagedTable]]] = {}
         for batch in batches:
             for part in batch.tables:
-                by_table.setdefault(part.table, []).append(part)
+                by_table.setdefault(part.table, []).append((batch.seq, part))
         lo, hi = batches[0].seq, batches[-1].seq
         rows = 0
         due: list[TableId] = []
         for table, parts in by_table.items():
-            rows += sum(s.rows for s in parts)
-            if self._land_table(table, parts, lo, hi):
+            rows += sum(s.rows for _, s in parts)
+            if self._land_table(table, parts, lo, hi) and not self.hold_compaction(table):
                 due.append(table)
         landed_at = time.monotonic()
         compacted = []
@@ -215,10 +255,17 @@ class Lander:
             done - landed_at,
         )
 
-    def _land_table(self, table: TableId, staged: list[StagedTable], lo: int, hi: int) -> bool:
+    def _land_table(
+        self, table: TableId, parts: list[tuple[int, StagedTable]], lo: int, hi: int
+    ) -> bool:
         """Land one table's part of batches lo..hi; True when its base is due a compaction."""
+        staged = [s for _, s in parts]
         keys = list(staged[-1].key_columns)
-        meta = self.meta(table) or TableMeta(table.schema or "", table.table, self.format, keys)
+        meta = self.meta(table)
+        if meta is None:
+            meta = TableMeta(table.schema or "", table.table, self.format, keys)
+            if self.format == "parquet":
+                self._known[table] = KnownKeys(keys)
         if meta.format != self.format:
             raise LandingError(
                 f"{self.table_path(table)} was landed as {meta.format}, but [sink] format is "
@@ -237,16 +284,17 @@ class Lander:
         for column in _unavailable_columns(staged):
             if column not in meta.unavailable_columns:
                 meta.unavailable_columns.append(column)
-        batch = self.spark.read.option("mergeSchema", "true").parquet(
-            *[str(s.file) for s in staged]
-        )
+        appended = 0  # rows that went straight into the base (parquet)
         if self.format == "delta":
+            batch = self.spark.read.option("mergeSchema", "true").parquet(
+                *[str(s.file) for s in staged]
+            )
             self._land_delta(table, meta, batch, lo, hi, truncated_at)
         else:
-            self._land_parquet(table, batch)
+            appended = self._land_parquet(table, meta, parts, lo)
         failpoint("spark.land")
         meta.landed_through = max(meta.landed_through, hi)
-        meta.tail_rows += sum(s.rows for s in staged)
+        meta.tail_rows += sum(s.rows for s in staged) - appended
         self._save_meta(table, meta)
         return self.compaction_due(meta)
 
@@ -254,7 +302,7 @@ class Lander:
         """Whether the tail is worth folding into a new base: while landing, once it reaches
         ``compact_ratio`` of the base and ``compact_min_rows``; when idle (the sink closes),
         the minimum does not apply, so ``current/`` is a plain, exact table after a run."""
-        if self.format != "parquet" or meta.tail_rows == 0 or meta.base == meta.landed_through:
+        if self.format != "parquet" or meta.tail_rows == 0 or meta.covered == meta.landed_through:
             return False
         least = 1 if idle else self.compact_min_rows
         return meta.tail_rows >= max(least, self.compact_ratio * meta.base_rows)
@@ -269,13 +317,116 @@ class Lander:
                 done.append(table)
         return done
 
-    def _land_parquet(self, table: TableId, batch: DataFrame) -> None:
-        (
-            batch.write.mode("overwrite")
-            .option("partitionOverwriteMode", "dynamic")
-            .partitionBy(BATCH)
-            .parquet(f"{self.table_path(table)}/changelog")
-        )
+    def waiting_compactions(self) -> list[TableId]:
+        """Tables due a compaction (held or not): what a landing left for later."""
+        return [table for table, meta in self._metas.items() if self.compaction_due(meta)]
+
+    def compact_released(self) -> list[TableId]:
+        """Compact the tables that are due and no longer held (``hold_compaction``): what
+        waited for a snapshot to end. The sink calls this when the lander is idle."""
+        done = []
+        for table, meta in list(self._metas.items()):
+            if self.compaction_due(meta) and not self.hold_compaction(table):
+                self.compact(table)
+                done.append(table)
+        return done
+
+    def _land_parquet(
+        self, table: TableId, meta: TableMeta, parts: Sequence[tuple[int, StagedTable]], lo: int
+    ) -> int:
+        """Each batch's rows into its changelog partition ``__batch=N``, replacing what a
+        landing of the same batch wrote before (so landing again changes nothing); READ rows
+        of keys the table never had also straight into the base (``landing.appends``).
+        Written with pyarrow: the staged file already holds the landed schema (no Spark
+        job). Returns how many rows went into the base."""
+        self._drop_appended_from(table, meta, lo, max(seq for seq, _ in parts))
+        appended = 0
+        # Whether the base holds every row landed so far: then ``base_through`` follows the
+        # batches wholly appended, and no tail is read or compacted for them.
+        whole = meta.tail_rows == 0 and meta.covered == (meta.landed_through or None)
+        for seq, part in parts:
+            rows = pq.read_table(part.file)
+            replace_partition(
+                self._fs,
+                self._fs_path(table, "changelog", f"{BATCH}={seq}"),
+                rows.drop_columns([BATCH]),
+            )
+            known = self._known.get(table)
+            plan = None if known is None else known.plan(rows)
+            if known is None or plan is None:
+                self._known.pop(table, None)
+                whole = False
+                continue
+            if plan.appends:
+                self._append(table, meta, seq, rows, plan)
+                appended += plan.appended
+            whole = whole and plan.appended == rows.num_rows
+            if whole:
+                meta.base_through = seq
+            if not known.record(plan.ranges, seq):
+                del self._known[table]  # too many keys of log rows to follow: no more appends
+        return appended
+
+    def _append(
+        self, table: TableId, meta: TableMeta, seq: int, rows: pa.Table, plan: Plan
+    ) -> None:
+        """Write the appends of staged batch ``seq`` into the base, as a file of their own."""
+        data = rows if plan.appended == rows.num_rows else rows.take(plan.appends)
+        base = meta.base
+        if base is None:
+            # The table's first rows in a base: whatever current/ holds is what a crash left
+            # before the table's metadata said there was a base.
+            self._fs.delete_dir_contents(self._fs_path(table, "current"), missing_dir_ok=True)
+            base = seq
+        add_file(self._fs, self._base_path(table, base), f"{_APPENDED}{seq:012d}-", data)
+        if meta.base is None:
+            meta.base, meta.base_through = base, seq - 1  # it holds no batch whole yet
+        meta.base_rows += data.num_rows
+        meta.appended_through = seq
+
+    def _base_path(self, table: TableId, base: int) -> str:
+        return self._fs_path(table, "current", f"v={base:012d}")
+
+    def _base_dir(self, table: TableId, meta: TableMeta) -> str:
+        assert meta.base is not None
+        return self._base_path(table, meta.base)
+
+    def _drop_appended_from(self, table: TableId, meta: TableMeta, lo: int, hi: int) -> None:
+        """Before landing batches ``lo..hi``: take out of the base what an earlier landing
+        appended from batch ``lo`` on (a landing retried, or batches landed before the state
+        recorded them, staged again after a crash, maybe with other rows), so that nothing
+        is in twice. A no-op unless batches from ``lo`` on were landed before."""
+        if meta.base is None:
+            return
+        appended_again = (meta.appended_through or 0) >= lo
+        if not appended_again and (meta.covered or 0) < lo:
+            return
+        base = self._base_dir(table, meta)
+        if appended_again:
+
+            def again(name: str) -> bool:
+                digits = name[len(_APPENDED) : len(_APPENDED) + 12]
+                return name.startswith(_APPENDED) and digits.isdigit() and int(digits) >= lo
+
+            removed = remove_files(self._fs, base, again)
+            meta.appended_through = lo - 1
+            if removed and not parquet_files(self._fs, base):  # it held appends only
+                self._fs.delete_dir(base)
+                meta.base, meta.base_rows, meta.base_through = None, 0, None
+            elif removed:
+                meta.base_rows = parquet_rows(self._fs, base)
+        known = self._known.get(table)
+        if known is not None and meta.landed_through <= hi:
+            known.forget_from(lo)  # this landing overwrites every batch landed from lo on
+        else:  # batches after hi were landed: their changelog rows stay, merged as a tail
+            self._known.pop(table, None)
+        if meta.base is not None:
+            # The base holds no batch from ``lo`` on whole any more (a base compacted at such
+            # a batch holds events the changelog has too: the tail from ``lo`` is merged).
+            meta.base_through = min(meta.covered or 0, lo - 1)
+        elif meta.tail_rows == 0 and meta.landed_through <= hi:
+            # Nothing landed remains outside what this landing overwrites: fresh again.
+            self._known.setdefault(table, KnownKeys(meta.key_columns))
 
     def _land_delta(
         self,
@@ -353,15 +504,17 @@ class Lander:
         if meta is None or self.format != "parquet":
             return
         upto = meta.landed_through
-        if meta.base == upto:
+        if meta.covered == upto:
             return
         started = time.monotonic()
         state = self._merged(table, meta, upto)
         target = f"{self.table_path(table)}/current/v={upto:012d}"
         state.write.mode("overwrite").parquet(target)
-        rows = self.spark.read.parquet(target).count()
+        # Counted from the footers: a Spark count would read the new base again.
+        rows = parquet_rows(self._fs, self._fs_path(table, "current", f"v={upto:012d}"))
         old = meta.base
         meta.base, meta.base_rows, meta.tail_rows = upto, rows, 0
+        meta.base_through = None  # the new base holds the appends too
         self._save_meta(table, meta)
         if old is not None and old != upto:
             self._fs.delete_dir(self._fs_path(table, "current", f"v={old:012d}"))
@@ -384,8 +537,8 @@ class Lander:
             )
         tail = self.spark.read.option("mergeSchema", "true").parquet(f"{path}/changelog")
         tail = tail.withColumn(BATCH, F.col(BATCH).cast("long"))
-        if meta.base is not None:
-            tail = tail.where(F.col(BATCH) > meta.base)
+        if meta.covered is not None:
+            tail = tail.where(F.col(BATCH) > meta.covered)
         if upto is not None:
             tail = tail.where(F.col(BATCH) <= upto)
         parts.append(tail)

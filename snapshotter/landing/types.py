@@ -48,9 +48,11 @@ from datetime import timedelta
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from snapshotter.core.events import ChangeEvent, Op
 from snapshotter.core.values import UNAVAILABLE_VALUE, RawJson
+from snapshotter.core.window import ReadBatch
 from snapshotter.dialects.base import ColumnInfo, TableSchema
 
 log = logging.getLogger(__name__)
@@ -136,6 +138,35 @@ def _duration_text(value: timedelta) -> str:
     minutes, second = divmod(seconds, 60)
     hours, minute = divmod(minutes, 60)
     return f"{sign}{hours}:{minute:02d}:{second:02d}.{fraction:06d}"
+
+
+def _two(values: pa.Array) -> pa.Array:
+    return pc.utf8_lpad(values.cast(pa.string()), width=2, padding="0")
+
+
+def _duration_texts(array: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """``_duration_text`` of every value of a ``duration("us")`` array, column-wise."""
+    micros = array.cast(pa.int64())
+    sign = pc.if_else(pc.less(micros, 0), "-", "")
+    # Integer division truncates toward zero: split the magnitude, the sign goes in front.
+    rest = pc.abs_checked(micros)
+    seconds = pc.divide(rest, 1_000_000)
+    fraction = pc.subtract(rest, pc.multiply(seconds, 1_000_000))
+    minutes = pc.divide(seconds, 60)
+    second = pc.subtract(seconds, pc.multiply(minutes, 60))
+    hours = pc.divide(minutes, 60)
+    minute = pc.subtract(minutes, pc.multiply(hours, 60))
+    return pc.binary_join_element_wise(
+        sign,
+        hours.cast(pa.string()),
+        ":",
+        _two(minute),
+        ":",
+        _two(second),
+        ".",
+        pc.utf8_lpad(fraction.cast(pa.string()), width=6, padding="0"),
+        "",
+    )
 
 
 def _plain(value: Any) -> Any:
@@ -227,6 +258,59 @@ def rows_to_landed(schema: TableSchema, rows: Sequence[Mapping[str, Any] | None]
     return arrays
 
 
+def _read_column(table: str, column: LandedColumn, rows: pa.Table) -> pa.Array:
+    """One column of a READ batch (Arrow storage values, as the chunk reader built them) as
+    ``_source_array`` builds the same values of a log row: the same array, since both are
+    the catalog type; a duration as its text, column-wise."""
+    if column.name not in rows.column_names:
+        # A column described since the chunk was read (added at the source): the log path
+        # lands a row without it as NULL.
+        return pa.nulls(rows.num_rows, column.source_type)
+    chunked = rows.column(column.name)
+    array = chunked.chunk(0) if chunked.num_chunks == 1 else chunked.combine_chunks()
+    if array.type != column.source_type:
+        # Not what the chunk reader promises (ChunkRead.rows holds the catalog types): go
+        # the way of log rows, value by value, so the landed values are the same anyway.
+        return _source_array(table, column, array.to_pylist())
+    if pa.types.is_duration(array.type):
+        if array.type.unit == "us":
+            return _duration_texts(array)
+        return _source_array(table, column, array.to_pylist())
+    return array
+
+
+def read_batch_to_landed(schema: TableSchema, batch: ReadBatch, seq: int) -> pa.Table:
+    """A READ batch's rows as a table of the landed schema, in the batch's (key) order,
+    column-wise: no Python object per row.
+
+    The same table as ``events_to_landed`` of ``batch.events()`` (tests/unit
+    test_landing_read_batch.py): the columns go through the same casts, the value model's
+    conversion of a chunk row (``batch.convert``: JSON text to RawJson) is undone by the
+    landing (RawJson lands as its text) so it is skipped, and READ rows carry no
+    unavailable values (they come from a SELECT)."""
+    rows = batch.rows
+    count = rows.num_rows
+    table = str(schema.table)
+    arrays = [
+        _landed_array(table, column, _read_column(table, column, rows))
+        for column in landed_columns(schema)
+    ]
+    meta = [
+        pa.repeat(pa.scalar(Op.READ.value, pa.string()), count),
+        batch.position_tokens(),
+        pa.repeat(pa.scalar(int(batch.ts_ms), pa.int64()), count),
+        pa.repeat(pa.scalar(batch.template.snapshot.value, pa.string()), count),
+        pa.nulls(count, pa.list_(pa.string())),
+        pa.repeat(pa.scalar(seq, pa.int64()), count),
+    ]
+    return pa.Table.from_arrays([*arrays, *meta], schema=landed_schema(schema))
+
+
+def read_batch_unknown_columns(schema: TableSchema, batch: ReadBatch) -> set[str]:
+    """Columns of a READ batch the catalog does not know: one look at the batch's schema."""
+    return set(batch.rows.column_names).difference(schema.column_names)
+
+
 def unknown_columns(schema: TableSchema, events: Iterable[ChangeEvent]) -> set[str]:
     """Columns that rows of ``events`` have and the catalog does not (a column added since
     the table was described: describe it again)."""
@@ -308,6 +392,8 @@ __all__ = [
     "events_to_landed",
     "landed_columns",
     "landed_schema",
+    "read_batch_to_landed",
+    "read_batch_unknown_columns",
     "rows_to_landed",
     "unknown_columns",
 ]

@@ -158,6 +158,14 @@ def _encode_one(value: Any) -> str:
     return _PLAIN(value)
 
 
+def encode_value_text(value: Any, json_text: bool = False) -> str:
+    """One value of a row as :func:`encode_row` writes it (``json_text``: a JSON document
+    as a string holding its text, as :func:`json_as_text` makes of it)."""
+    if json_text and type(value) is RawJson:
+        return _PLAIN(value.text)
+    return _encode_one(value)
+
+
 def _encode_row_slow(row: Mapping[str, Any]) -> str:
     parts = [_PLAIN(str(name)) + ":" + _encode_one(v) for name, v in row.items()]
     return "{" + ",".join(parts) + "}"

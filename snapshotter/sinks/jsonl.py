@@ -30,8 +30,10 @@ from typing import IO, Any
 from signals.names import TableId
 from snapshotter import faults
 from snapshotter.core.events import ChangeEvent
+from snapshotter.core.window import ReadBatch
 from snapshotter.errors import disk_error
-from snapshotter.sinks.base import Ack, SinkItem, expand
+from snapshotter.sinks import batch_json
+from snapshotter.sinks.base import Ack, SinkItem
 from snapshotter.sinks.encoding import (
     KeyMismatchError,
     encode_json,
@@ -107,13 +109,25 @@ class JsonlSink:
     def write(self, items: Sequence[SinkItem]) -> None:
         if self._file is None:
             raise JsonlSinkError(f"sink {self.path} is not open")
-        events = expand(items)
-        if events:
-            # Key names are asked for once per table and call, not cached for good: a table
-            # whose primary key is altered gets the new names from the next batch on.
-            names: dict[TableId, tuple[str, ...]] = {}
-            lines = [self._line(event, names) for event in events]
-            data = "".join(lines).encode("utf-8")
+        # Key names are asked for once per table and call, not cached for good: a table
+        # whose primary key is altered gets the new names from the next batch on.
+        names: dict[TableId, tuple[str, ...]] = {}
+        chunks: list[bytes] = []
+        lines: list[str] = []  # log events' lines not yet in chunks
+        for item in items:
+            if isinstance(item, ReadBatch):
+                if not len(item):
+                    continue
+                if lines:
+                    chunks.append("".join(lines).encode("utf-8"))
+                    lines = []
+                chunks.append(self._batch_lines(item, names))
+            else:
+                lines.append(self._line(item, names))
+        if lines:
+            chunks.append("".join(lines).encode("utf-8"))
+        if chunks:
+            data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
             faults.failpoint("sink.flush", before=lambda: self._write_torn(data))
             try:
                 self._file.write(data)
@@ -179,6 +193,24 @@ class JsonlSink:
                 raise JsonlSinkError(f"no key columns known for {table}: cannot write its key")
             found = names[table] = tuple(columns)
         return found
+
+    def _batch_lines(self, batch: ReadBatch, names: dict[TableId, tuple[str, ...]]) -> bytes:
+        """A READ batch's lines, encoded column-wise (the same bytes as its events' lines)."""
+        table = batch.table
+        opening = self._opening(table)
+        key_names = self._names(table, names)
+        if len(key_names) != len(batch.key_columns):
+            exc = KeyMismatchError(
+                f"{len(batch.key_columns)} key values, but the table's key columns are "
+                f"{list(key_names)}"
+            )
+            raise JsonlSinkError(f"event for {table}: {exc}")
+        try:
+            encoded = batch_json.encode_batch(batch, key_names)
+        except batch_json.NotColumnar:  # a row converter only rows can go through
+            return "".join(self._line(e, names) for e in batch.events()).encode("utf-8")
+        lines = batch_json.join(opening, encoded.keys, ',"value":', encoded.values, "}\n")
+        return batch_json.concatenated(lines)
 
     def _line(self, event: ChangeEvent, names: dict[TableId, tuple[str, ...]]) -> str:
         table = event.source.table

@@ -12,6 +12,10 @@
 * Order: the key's bytes choose the partition (murmur2, as Java clients do), so one key always
   goes to one partition; the producer is idempotent with ``acks=all``, so retries can neither
   reorder nor duplicate messages within a partition.
+* A chunk's READ rows come as one Arrow batch: keys and values are built column-wise
+  (:mod:`snapshotter.sinks.batch_json`), the same bytes as per-row events would give.
+* The client is kafka-python or, with ``[sink] client = "confluent"``, confluent-kafka
+  (librdkafka): :mod:`snapshotter.sinks.kafka_clients`, same promises either way.
 * Durability: :meth:`KafkaSink.checkpoint` records the sends made since the previous one and
   does not wait; :meth:`KafkaSink.acknowledged` returns a checkpoint once every send in it
   (and in all before it) was acknowledged by the brokers, so the state records only what
@@ -28,6 +32,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import repeat
 from typing import Any
 
 import pyarrow as pa
@@ -37,41 +42,52 @@ from snapshotter import faults
 from snapshotter.config import kafka_setting_problem
 from snapshotter.core.events import ChangeEvent, Op
 from snapshotter.core.values import UNAVAILABLE_VALUE, RawJson
+from snapshotter.core.window import ReadBatch
 from snapshotter.dialects.base import TableSchema
-from snapshotter.sinks import connect_schema
-from snapshotter.sinks.base import Ack, SinkItem, expand
+from snapshotter.sinks import batch_json, connect_schema
+from snapshotter.sinks.base import Ack, SinkItem
 from snapshotter.sinks.encoding import KeyMismatchError, encode_key, encode_value
+from snapshotter.sinks.kafka_clients import (
+    CONFLUENT_DEFAULTS,
+    PRODUCER_DEFAULTS,
+    PRODUCER_FIXED,
+    Admin,
+    Client,
+    ClientError,
+    ConfluentAdmin,
+    ConfluentProducer,
+    KafkaPythonAdmin,
+    KafkaPythonProducer,
+    Producer,
+    Sends,
+    SendTimeout,
+    TooLarge,
+    TopicError,
+    Unreachable,
+    client_settings,
+    confluent_settings_problem,
+    error_name,
+)
+
+__all__ = [
+    "PRODUCER_DEFAULTS",
+    "PRODUCER_FIXED",
+    "KafkaSink",
+    "KafkaSinkError",
+    "client_settings",
+    "topic_name",
+]
 
 log = logging.getLogger(__name__)
 
-# Producer settings the user may change with [sink] kafka = {...}.
-PRODUCER_DEFAULTS: dict[str, Any] = {
-    "linger_ms": 20,  # fill batches: a change stream comes in bursts
-    "batch_size": 256 * 1024,
-    "max_request_size": 1024 * 1024,  # the broker's default message.max.bytes
-    "request_timeout_ms": 30_000,
-    "delivery_timeout_ms": 120_000,
-}
-# Settings the sink's promises rest on (config.KAFKA_RESERVED refuses overriding them).
-PRODUCER_FIXED: dict[str, Any] = {
-    "acks": "all",
-    "enable_idempotence": True,
-    "max_in_flight_requests_per_connection": 5,  # the most idempotence keeps in order
-}
-
-
 ACK_SLACK_S = 10.0  # on top of the delivery timeout, before unacknowledged sends are an error
+
+# One message: topic, key, value (None: a tombstone), partition (None: by the key).
+Message = tuple[str, bytes | None, bytes | None, int | None]
 
 
 class KafkaSinkError(RuntimeError):
     """The sink cannot go on; the message says why and what to do."""
-
-
-def client_settings(client: type, settings: Mapping[str, Any]) -> dict[str, Any]:
-    """The settings a kafka-python client class knows (each client refuses unknown ones;
-    the config refuses a setting that no client knows)."""
-    known = getattr(client, "DEFAULT_CONFIG", {})
-    return {k: v for k, v in settings.items() if k in known}
 
 
 def topic_name(prefix: str, table: TableId) -> str:
@@ -98,9 +114,8 @@ class _Topic:
 @dataclass(slots=True)
 class _Checkpoint:
     id: int
-    futures: list[Any]
+    sends: Sends
     taken: float  # time.monotonic() when taken
-    done: int = 0  # futures[:done] are acknowledged
 
 
 class KafkaSink:
@@ -117,6 +132,7 @@ class KafkaSink:
         json_as_text: bool = False,
         settings: Mapping[str, Any] | None = None,
         max_unflushed_bytes: int = 64 * 1024 * 1024,
+        client: Client = "kafka-python",
     ) -> None:
         if schemas and describe is None:
             raise ValueError("schemas = true needs describe (the table's columns)")
@@ -129,38 +145,49 @@ class KafkaSink:
         self._schemas = schemas
         self._json_text = json_as_text
         self._settings = dict(settings or {})
-        # Checked at config load too; here for sinks built in code: a setting no client knows
-        # (a misspelt security_protocol) must never be dropped silently.
-        problems = [p for p in map(kafka_setting_problem, self._settings) if p]
+        self._client = client
+        # Checked at config load too; here for sinks built in code: a setting the client does
+        # not know (a misspelt security_protocol) must never be dropped silently.
+        problems = [
+            p
+            for name, value in self._settings.items()
+            if (p := kafka_setting_problem(name, client=client, value=value))
+        ]
+        if not problems and client == "confluent" and self._settings:
+            together = confluent_settings_problem(self._settings)
+            problems = [together] if together else []
         if problems:
             raise KafkaSinkError(f"[sink] kafka: {'; '.join(problems)}")
-        self._producer: Any = None
-        self._admin: Any = None
+        self._producer: Producer | None = None
+        self._admin: Admin | None = None
         self._topics: dict[TableId, _Topic] = {}
-        self._sent: list[Any] = []  # futures since the last checkpoint
         self._pending: deque[_Checkpoint] = deque()
         self._checkpoint_id = 0
         self._messages = 0  # acknowledged, over the sink's life (carried by resume)
         self._failure: str | None = None  # why the sink cannot go on
         # kafka-python's producer queues without bound (it has no buffer_memory): past this
         # many bytes sent since everything was last acknowledged, the sink waits for Kafka
-        # (and the engine reads no further log meanwhile: backpressure).
+        # (and the engine reads no further log meanwhile: backpressure). librdkafka gets the
+        # same bound for its queue.
         self._max_unflushed = max_unflushed_bytes
         self._unflushed = 0
-        # How long a send may stay unacknowledged before the sink gives up: the producer's
-        # own delivery timeout does not fire while the broker is unreachable (kafka-python
-        # keeps retrying), so the sink keeps its own.
-        delivery_ms = self._settings.get(
-            "delivery_timeout_ms", PRODUCER_DEFAULTS["delivery_timeout_ms"]
-        )
+        # How long a send may stay unacknowledged before the sink gives up: kafka-python's
+        # own delivery timeout does not fire while the broker is unreachable (it keeps
+        # retrying), so the sink keeps its own.
+        if client == "confluent":
+            delivery_ms = self._settings.get(
+                "delivery.timeout.ms",
+                self._settings.get("message.timeout.ms", CONFLUENT_DEFAULTS["delivery.timeout.ms"]),
+            )
+        else:
+            delivery_ms = self._settings.get(
+                "delivery_timeout_ms", PRODUCER_DEFAULTS["delivery_timeout_ms"]
+            )
         self._ack_timeout_s = float(delivery_ms) / 1000 + ACK_SLACK_S
 
     # ------------------------------------------------------------------ Sink protocol
 
     def open(self, resume: Mapping[str, Any] | None) -> None:
-        from kafka import KafkaProducer
-        from kafka.errors import KafkaError
-
         if self._producer is not None:
             raise KafkaSinkError("the Kafka sink is already open")
         if resume:
@@ -170,70 +197,80 @@ class KafkaSink:
                 "acknowledged checkpoint may appear twice (at least once)",
                 self._messages,
             )
-        settings = {
-            **PRODUCER_DEFAULTS,
-            **client_settings(KafkaProducer, self._settings),
-            **PRODUCER_FIXED,
-        }
         try:
-            self._producer = KafkaProducer(bootstrap_servers=self._servers(), **settings)
-        except KafkaError as exc:
+            if self._client == "confluent":
+                self._producer = ConfluentProducer.connect(
+                    self._bootstrap, self._settings, self._max_unflushed
+                )
+            else:
+                self._producer = KafkaPythonProducer.connect(self._bootstrap, self._settings)
+        except Unreachable as exc:
             raise KafkaSinkError(self._unreachable(exc)) from None
+        except ClientError as exc:
+            raise KafkaSinkError(f"cannot start the Kafka producer: {exc}") from None
 
     def write(self, items: Sequence[SinkItem]) -> None:
-        if self._producer is None:
+        producer = self._producer
+        if producer is None:
             raise KafkaSinkError("the Kafka sink is not open")
-        events = expand(items)
         names: dict[TableId, tuple[str, ...]] = {}
-        faults.failpoint("sink.flush", before=lambda: self._send_half(events))
-        for event in events:
-            self._send_event(event, names)
-            if self._unflushed > self._max_unflushed:
+        messages: list[Message] = []
+        for item in items:
+            if isinstance(item, ReadBatch):
+                if len(item):
+                    messages.extend(self._batch_messages(item, names))
+            else:
+                self._event_messages(item, names, messages)
+        if not messages:
+            return
+        faults.failpoint("sink.flush", before=lambda: self._send_half(messages))
+        send = self._send
+        limit = self._max_unflushed
+        for topic, key, value, partition in messages:
+            send(topic, key, value, partition)
+            if self._unflushed > limit:
                 self._wait_for_kafka()
 
-    def _send_half(self, events: Sequence[ChangeEvent]) -> None:
+    def _send_half(self, messages: Sequence[Message]) -> None:
         """Fault suite: half the batch is in Kafka (acknowledged), the rest never sent."""
-        names: dict[TableId, tuple[str, ...]] = {}
-        for event in events[: len(events) // 2]:
-            self._send_event(event, names)
-        self._producer.flush()
+        for topic, key, value, partition in messages[: len(messages) // 2]:
+            self._send(topic, key, value, partition)
+        assert self._producer is not None
+        self._producer.flush(self._ack_timeout_s)
 
     def _wait_for_kafka(self) -> None:
         """Wait until Kafka acknowledged everything sent so far (bounds the memory the
         producer's queue holds)."""
-        from kafka.errors import KafkaTimeoutError
-
-        try:
-            self._producer.flush(timeout=self._ack_timeout_s)
-        except KafkaTimeoutError:
+        assert self._producer is not None
+        if not self._producer.flush(self._ack_timeout_s):
             raise self._fail(
                 f"Kafka did not acknowledge {self._unflushed} bytes of messages within "
                 f"{self._ack_timeout_s:.0f} s"
-            ) from None
+            )
         self._unflushed = 0
 
     def checkpoint(self) -> int:
+        if self._producer is None:
+            raise KafkaSinkError("the Kafka sink is not open")
         self._checkpoint_id += 1
-        self._pending.append(_Checkpoint(self._checkpoint_id, self._sent, time.monotonic()))
-        self._sent = []
+        self._pending.append(
+            _Checkpoint(self._checkpoint_id, self._producer.cut(), time.monotonic())
+        )
         return self._checkpoint_id
 
     def acknowledged(self) -> list[Ack]:
         if self._failure is not None:
             raise KafkaSinkError(self._failure)
+        if self._producer is not None:
+            self._producer.serve()
         acks = []
         while self._pending:
             head = self._pending[0]
-            futures = head.futures
-            while head.done < len(futures) and futures[head.done].is_done:
-                future = futures[head.done]
-                if future.failed():
-                    raise self._fail(
-                        f"Kafka did not acknowledge a message ({type(future.exception).__name__}:"
-                        f" {future.exception})"
-                    )
-                head.done += 1
-            if head.done < len(futures):
+            try:
+                settled = head.sends.settled()
+            except ClientError as exc:
+                raise self._fail(f"Kafka did not acknowledge a message ({exc})") from None
+            if not settled:
                 waited = time.monotonic() - head.taken
                 if waited > self._ack_timeout_s:
                     raise self._fail(
@@ -242,7 +279,7 @@ class KafkaSink:
                     )
                 break
             self._pending.popleft()
-            self._messages += len(futures)
+            self._messages += len(head.sends)
             acks.append(Ack(head.id, {"messages": self._messages}))
         return acks
 
@@ -254,30 +291,35 @@ class KafkaSink:
                 self.checkpoint()
                 self._wait_for_kafka()
         finally:
-            _close_producer(self._producer, 0 if self._failure else 5)
+            self._producer.close(0 if self._failure else 5)
             self._producer = None
             if self._admin is not None:
                 self._admin.close()
                 self._admin = None
 
-    # ------------------------------------------------------------------ sending
+    # ------------------------------------------------------------------ messages
 
-    def _send_event(self, event: ChangeEvent, names: dict[TableId, tuple[str, ...]]) -> None:
-        table = event.source.table
-        topic = self._topics.get(table) or self._open_topic(table)
-        if self._schemas:
-            self._refresh_shape(topic, table, event)
-        value = self._value(topic, event)
-        if event.key is None:  # a truncate: to every partition, in order with its rows
-            for partition in range(topic.partitions):
-                self._send(topic.name, None, value, partition)
-            return
+    def _key_names(self, table: TableId, names: dict[TableId, tuple[str, ...]]) -> tuple[str, ...]:
         columns = names.get(table)
         if columns is None:
             found = self._key_columns(table)
             if not found:
                 raise KafkaSinkError(f"no key columns known for {table}: cannot write its key")
             columns = names[table] = tuple(found)
+        return columns
+
+    def _event_messages(
+        self, event: ChangeEvent, names: dict[TableId, tuple[str, ...]], out: list[Message]
+    ) -> None:
+        table = event.source.table
+        topic = self._topics.get(table) or self._open_topic(table)
+        if self._schemas and event.after is not None:
+            self._refresh_shape(topic, table, tuple(event.after))
+        value = self._value(topic, event)
+        if event.key is None:  # a truncate: to every partition, in order with its rows
+            out.extend((topic.name, None, value, p) for p in range(topic.partitions))
+            return
+        columns = self._key_names(table, names)
         values: tuple[Any, ...] = tuple(event.key)
         if self._json_text and any(type(v) is RawJson for v in values):
             values = tuple(v.text if type(v) is RawJson else v for v in values)
@@ -288,33 +330,70 @@ class KafkaSink:
         key = (
             f'{{"schema":{topic.key_schema},"payload":{key_json}}}' if self._schemas else key_json
         ).encode("utf-8")
-        self._send(topic.name, key, value, None)
+        out.append((topic.name, key, value, None))
         if event.op is Op.DELETE:
-            self._send(topic.name, key, None, None)  # the tombstone
+            out.append((topic.name, key, None, None))  # the tombstone
+
+    def _batch_messages(
+        self, batch: ReadBatch, names: dict[TableId, tuple[str, ...]]
+    ) -> list[Message]:
+        """A READ batch's messages, keys and values encoded column-wise (the same bytes as
+        its events' messages). READ rows have no tombstone, and no placeholder for an
+        unavailable value (a chunk SELECT reads every column)."""
+        table = batch.table
+        topic = self._topics.get(table) or self._open_topic(table)
+        if self._schemas:
+            self._refresh_shape(topic, table, tuple(batch.rows.column_names))
+        columns = self._key_names(table, names)
+        if len(columns) != len(batch.key_columns):
+            exc = KeyMismatchError(
+                f"{len(batch.key_columns)} key values, but the table's key columns are "
+                f"{list(columns)}"
+            )
+            raise KafkaSinkError(f"event for {table}: {exc}")
+        try:
+            encoded = batch_json.encode_batch(batch, columns, json_text=self._json_text)
+        except batch_json.NotColumnar:  # a row converter only rows can go through
+            out: list[Message] = []
+            for event in batch.events():
+                self._event_messages(event, names, out)
+            return out
+        keys, values = encoded.keys, encoded.values
+        if self._schemas:
+            keys = batch_json.join(f'{{"schema":{topic.key_schema},"payload":', keys, "}")
+            schema = self._value_schema(topic, batch.template.to_dict())
+            values = batch_json.join(f'{{"schema":{schema},"payload":', values, "}")
+        return list(
+            zip(
+                repeat(topic.name),
+                batch_json.as_bytes(keys),
+                batch_json.as_bytes(values),
+                repeat(None),
+                strict=False,
+            )
+        )
 
     def _send(
         self, topic: str, key: bytes | None, value: bytes | None, partition: int | None
     ) -> None:
-        from kafka.errors import KafkaError, KafkaTimeoutError, MessageSizeTooLargeError
-
+        assert self._producer is not None
         try:
-            future = self._producer.send(topic, key=key, value=value, partition=partition)
-        except MessageSizeTooLargeError:
+            self._producer.send(topic, key, value, partition)
+        except TooLarge as exc:
             size = len(value or b"") + len(key or b"")
             self._failure = (
                 f"a message of {size} bytes for topic {topic} is larger than the producer "
-                "allows: raise [sink] kafka = {max_request_size = ...} and the topic's "
+                f"allows: raise [sink] kafka = {{{exc.setting} = ...}} and the topic's "
                 "max.message.bytes (the broker's message.max.bytes), then run again"
             )
             raise KafkaSinkError(self._failure) from None
-        except KafkaTimeoutError as exc:
+        except SendTimeout as exc:
             raise self._fail(
                 f"the Kafka brokers at {self._bootstrap} took no messages for topic {topic} "
                 f"in time ({exc})"
             ) from None
-        except KafkaError as exc:
+        except ClientError as exc:
             raise self._fail(f"sending to topic {topic} failed: {exc}") from None
-        self._sent.append(future)
         self._unflushed += len(key or b"") + len(value or b"")
 
     def _value(self, topic: _Topic, event: ChangeEvent) -> bytes:
@@ -323,7 +402,11 @@ class KafkaSink:
         if topic.binary_columns:
             event = _placeholder_as_bytes(event, topic.binary_columns)
         payload = encode_value(event, json_text=self._json_text)
-        source = event.source.to_dict()
+        schema = self._value_schema(topic, event.source.to_dict())
+        return f'{{"schema":{schema},"payload":{payload}}}'.encode()
+
+    def _value_schema(self, topic: _Topic, source: Mapping[str, Any]) -> str:
+        """The envelope's Connect schema, for a source block with these fields."""
         signature = tuple(source)
         schema = topic.value_schemas.get(signature)
         if schema is None:
@@ -334,7 +417,7 @@ class KafkaSink:
                 ensure_ascii=False,
             )
             topic.value_schemas[signature] = schema
-        return f'{{"schema":{schema},"payload":{payload}}}'.encode()
+        return schema
 
     # ------------------------------------------------------------------ topics
 
@@ -362,14 +445,11 @@ class KafkaSink:
         )
         topic.value_schemas.clear()
 
-    def _refresh_shape(self, topic: _Topic, table: TableId, event: ChangeEvent) -> None:
-        """Describe the table again when an event's columns are not the described ones
-        (a column was added or dropped since). Only ``after`` tells: a delete's ``before``
+    def _refresh_shape(self, topic: _Topic, table: TableId, columns: tuple[str, ...]) -> None:
+        """Describe the table again when a row's columns are not the described ones (a
+        column was added or dropped since). Only ``after`` rows tell: a delete's ``before``
         may hold the key columns only (PostgreSQL's REPLICA IDENTITY DEFAULT)."""
         assert topic.table is not None
-        if event.after is None:
-            return
-        columns = tuple(event.after)
         if columns == topic.table.column_names or columns in topic.stale_shapes:
             return
         self._describe_table(topic, table)
@@ -379,28 +459,17 @@ class KafkaSink:
     def _ensure_topic(self, name: str) -> int:
         """Create the topic (configured partitions and replication) unless it exists;
         returns its partition count."""
-        from kafka.errors import KafkaError
-
-        admin = self._admin_client()
         try:
-            result = admin.create_topics(
-                {
-                    name: {
-                        "num_partitions": self._partitions,
-                        "replication_factor": self._replication,
-                    }
-                },
-                raise_errors=False,
+            partitions = self._admin_client().ensure_topic(
+                name, self._partitions, self._replication
             )
-        except KafkaError as exc:
+        except TopicError as exc:
+            raise KafkaSinkError(self._not_created(name, exc.code, exc.message)) from None
+        except Unreachable as exc:
+            raise KafkaSinkError(self._unreachable(exc)) from None
+        except ClientError as exc:
             raise KafkaSinkError(f"cannot create topic {name}: {exc}") from None
-        outcome = result["topics"][0]
-        code = outcome["error_code"]
-        if code == 0:
-            try:  # every partition has a leader before the first send
-                admin.wait_for_topics([name])
-            except KafkaError as exc:
-                raise KafkaSinkError(f"topic {name} was created but is not ready: {exc}") from None
+        if partitions is None:
             log.info(
                 "kafka: created topic %s (%d partitions, replication %d)",
                 name,
@@ -408,9 +477,6 @@ class KafkaSink:
                 self._replication,
             )
             return self._partitions
-        if code != 36:  # TOPIC_ALREADY_EXISTS
-            raise KafkaSinkError(self._not_created(name, code, outcome.get("error_message")))
-        partitions = self._partition_count(name)
         if partitions != self._partitions:
             log.warning(
                 "kafka: topic %s exists with %d partitions ([sink] partitions = %d); using it "
@@ -421,39 +487,29 @@ class KafkaSink:
             )
         return partitions
 
-    def _partition_count(self, name: str) -> int:
-        described = self._admin_client().describe_topics([name])
-        return len(described[0]["partitions"])
-
-    def _admin_client(self) -> Any:
-        from kafka.admin import KafkaAdminClient
-        from kafka.errors import KafkaError
-
+    def _admin_client(self) -> Admin:
         if self._admin is None:
             try:
-                self._admin = KafkaAdminClient(
-                    bootstrap_servers=self._servers(),
-                    **client_settings(KafkaAdminClient, self._settings),
-                )
-            except KafkaError as exc:
+                if self._client == "confluent":
+                    self._admin = ConfluentAdmin(self._bootstrap, self._settings)
+                else:
+                    self._admin = KafkaPythonAdmin(self._bootstrap, self._settings)
+            except Unreachable as exc:
                 raise KafkaSinkError(self._unreachable(exc)) from None
+            except ClientError as exc:
+                raise KafkaSinkError(f"cannot start the Kafka admin client: {exc}") from None
         return self._admin
 
-    # ------------------------------------------------------------------ messages
-
-    def _servers(self) -> list[str]:
-        return [s.strip() for s in self._bootstrap.split(",") if s.strip()]
+    # ------------------------------------------------------------------ errors
 
     def _unreachable(self, exc: Exception) -> str:
         return (
-            f"cannot reach the Kafka brokers at {self._bootstrap} ({type(exc).__name__}: "
-            f"{exc}); check [sink] bootstrap_servers and that a broker is running"
+            f"cannot reach the Kafka brokers at {self._bootstrap} ({exc}); check [sink] "
+            "bootstrap_servers and that a broker is running"
         )
 
     def _not_created(self, name: str, code: int, message: str | None) -> str:
-        from kafka.errors import for_code
-
-        error = for_code(code).__name__
+        error = error_name(code)
         detail = f"{error}: {message}" if message else error
         what = f"{self._partitions} partitions, replication {self._replication}"
         if "Authorization" in error:
@@ -476,20 +532,6 @@ class KafkaSink:
             "take messages, and what followed is sent again (at least once)"
         )
         return KafkaSinkError(self._failure)
-
-
-def _close_producer(producer: Any, timeout: float) -> None:
-    """Close, dropping what is still unsent after ``timeout`` (kafka-python's close raises
-    when its flush times out, before it would force the sender closed)."""
-    from kafka.errors import KafkaTimeoutError
-
-    try:
-        producer.close(timeout=timeout)
-    except KafkaTimeoutError:
-        sender = getattr(producer, "_sender", None)
-        if sender is not None:
-            sender.force_close()
-        producer._closed = True  # its __del__ would try (and fail) to flush again
 
 
 _PLACEHOLDER_BYTES = UNAVAILABLE_VALUE.encode("ascii")

@@ -24,7 +24,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from snapshotter.sinks.kafka import KafkaSinkError, client_settings
+from snapshotter.sinks.kafka import KafkaSinkError
+from snapshotter.sinks.kafka_clients import (
+    Client,
+    ClientError,
+    Unreachable,
+    client_settings,
+    read_topic_confluent,
+)
 from snapshotter.verify import (
     PLACEHOLDER_TEXT,
     PLACEHOLDER_TEXT_OR_BASE64,
@@ -49,9 +56,25 @@ def read_topic(
     settings: Mapping[str, Any] | None = None,
     *,
     timeout_s: float = 60.0,
+    client: Client = "kafka-python",
 ) -> Iterator[Message]:
     """Every message of ``topic`` up to its end offsets at the start, partition by partition
-    in offset order (a missing topic has no messages)."""
+    in offset order (a missing topic has no messages), read with the sink's ``client`` (and
+    so with its settings)."""
+    if client == "confluent":
+        try:
+            for number, offset, key, value in read_topic_confluent(
+                bootstrap_servers, topic, settings or {}, timeout_s
+            ):
+                yield Message(number, offset, key, value)
+        except Unreachable as exc:
+            raise KafkaSinkError(
+                f"cannot reach the Kafka brokers at {bootstrap_servers} ({exc}); check [sink] "
+                "bootstrap_servers"
+            ) from None
+        except ClientError as exc:
+            raise KafkaSinkError(str(exc)) from None
+        return
     from kafka import KafkaConsumer, TopicPartition
     from kafka.errors import KafkaError
 
@@ -175,7 +198,8 @@ def materialize_topic(
     settings: Mapping[str, Any] | None = None,
     *,
     schemas: bool | None = None,
+    client: Client = "kafka-python",
 ) -> Materialized:
     """Read ``topic`` from the beginning and replay it (see the module docstring)."""
-    messages = read_topic(bootstrap_servers, topic, settings)
+    messages = read_topic(bootstrap_servers, topic, settings, client=client)
     return materialize_messages(topic, messages, schemas=schemas)

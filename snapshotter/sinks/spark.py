@@ -2,13 +2,20 @@
 
 Flow, per checkpoint (the engine asks for one about every second, at transaction boundaries)::
 
-    events ──(engine thread: to Arrow, per table)──► staged batch N (fsynced, renamed)
+    log events, READ batches ──(engine thread: to Arrow, per table, in log order)──►
+           staged batch N (fsynced, renamed)
            ──► ack {"staged": N}: the state may now record everything up to N
-    staged batches ──(lander thread: one Spark job per table for all waiting batches)──►
+    staged batches ──(lander thread: one landing per table for all waiting batches)──►
            changelog + current state ──► staged batch directories removed
 
-Rows never pass through Python into Spark one by one: the engine writes Arrow tables with
-pyarrow, and Spark reads the staged files in bulk.
+Rows never pass through Python into Spark one by one: log events are built into Arrow per
+table, a READ batch is cast column-wise from the chunk's Arrow (``read_batch_to_landed``: no
+Python object per row), pyarrow writes the staged files, and the landing reads them in bulk
+(Parquet: pyarrow, Spark only to merge; Delta: Spark).
+
+* A table counts as being snapshotted while READ rows of it were staged within the last
+  SNAPSHOT_QUIET_S: the lander holds its compaction until then (``Lander.hold_compaction``)
+  and compacts it once the snapshot is over, when the lander is idle.
 
 * The stream does not wait for Spark: staging is local and takes milliseconds; Spark starts
   and lands on its own thread. Backpressure: when more than ``max_staged_bytes`` are staged
@@ -38,18 +45,32 @@ import pyarrow as pa
 from signals.names import TableId
 from snapshotter.config import Config
 from snapshotter.core.events import ChangeEvent
+from snapshotter.core.window import ReadBatch
 from snapshotter.dialects.base import TableSchema
 from snapshotter.errors import disk_error, is_disk_full
 from snapshotter.landing.lander import Landed, Lander, LandingError, landed_tables
 from snapshotter.landing.staging import StagedBatch, StagingArea
-from snapshotter.landing.types import events_to_landed, unknown_columns
-from snapshotter.sinks.base import Ack, SinkItem, expand
+from snapshotter.landing.types import (
+    events_to_landed,
+    read_batch_to_landed,
+    read_batch_unknown_columns,
+    unknown_columns,
+)
+from snapshotter.sinks.base import Ack, SinkItem
 
 log = logging.getLogger(__name__)
 
 LAND_ATTEMPTS = 3
 RETRY_DELAY_S = 2.0
 MAX_GROUP_BYTES = 256 * 1024 * 1024  # one landing takes at most this much staged data
+# A table is being snapshotted while READ rows of it were staged this recently: its
+# compaction waits until then (a snapshot's rows are compacted once, after it, instead of at
+# every step of the table's growth), and landings wait to take several batches at once.
+SNAPSHOT_QUIET_S = 5.0
+
+# A table's part of the next staged batch, in log order: runs of log events (built into
+# Arrow row by row) and READ batches (Arrow already, cast column-wise).
+Piece = list[ChangeEvent] | ReadBatch
 
 
 class SparkSinkError(RuntimeError):
@@ -77,7 +98,7 @@ class SparkSink:
         self._format = fmt
         self._lander: Lander | None = None
         self._schemas: dict[TableId, TableSchema] = {}
-        self._events: list[ChangeEvent] = []
+        self._pending: dict[TableId, list[Piece]] = {}
         self._seq = 0
         self._checkpoint_id = 0
         self._acks: list[Ack] = []
@@ -87,6 +108,8 @@ class SparkSink:
         self._staged_bytes = 0
         self._landing = False
         self._closing = False
+        self._read_at: dict[TableId, float] = {}  # when READ rows of a table were last staged
+        self._compact_pending = False  # a landing left compactions that waited for a snapshot
         self._failure: str | None = None
         self._thread: threading.Thread | None = None
         self.landed: list[Landed] = []  # what each landing did (bench, tests)
@@ -162,11 +185,25 @@ class SparkSink:
 
     def write(self, items: Sequence[SinkItem]) -> None:
         self._check()
-        self._events.extend(expand(items))
+        pending = self._pending
+        for item in items:
+            if isinstance(item, ReadBatch):
+                if item.rows.num_rows:  # a chunk the log emptied lands nothing
+                    pending.setdefault(item.table, []).append(item)
+                continue
+            pieces = pending.get(item.table)
+            if pieces is None:
+                pending[item.table] = [[item]]
+            else:
+                last = pieces[-1]
+                if isinstance(last, list):
+                    last.append(item)
+                else:
+                    pieces.append([item])
 
     def checkpoint(self) -> int:
         self._check()
-        if self._events:
+        if self._pending:
             self._wait_for_room()
             self._stage()
         self._checkpoint_id += 1
@@ -216,11 +253,11 @@ class SparkSink:
     def _resume(self) -> dict[str, Any]:
         return {"staged": self._seq, "path": self._root, "format": self._format}
 
-    def _schema(self, table: TableId, events: Sequence[ChangeEvent]) -> TableSchema:
+    def _schema(self, table: TableId, pieces: Sequence[Piece]) -> TableSchema:
         schema = self._schemas.get(table)
-        if schema is None or unknown_columns(schema, events):
+        if schema is None or _unknown_columns(schema, pieces):
             schema = self._schemas[table] = self._describe(table)
-            extra = unknown_columns(schema, events)
+            extra = _unknown_columns(schema, pieces)
             if extra:
                 log.warning(
                     "%s: column(s) %s are in the log but not in the table now; they do not land",
@@ -230,18 +267,23 @@ class SparkSink:
         return schema
 
     def _stage(self) -> None:
-        events, self._events = self._events, []
-        by_table: dict[TableId, list[ChangeEvent]] = {}
-        for event in events:
-            by_table.setdefault(event.table, []).append(event)
+        pending, self._pending = self._pending, {}
         seq = self._seq + 1
         tables: list[tuple[TableId, Sequence[str], pa.Table]] = []
-        for table, table_events in by_table.items():
+        for table, pieces in pending.items():
             keys = self._key_columns(table)
             if not keys:
                 raise SparkSinkError(f"no key columns known for {table}: cannot land it")
-            schema = self._schema(table, table_events)
-            tables.append((table, keys, events_to_landed(schema, keys, table_events, seq)))
+            schema = self._schema(table, pieces)
+            parts = [
+                read_batch_to_landed(schema, piece, seq)
+                if isinstance(piece, ReadBatch)
+                else events_to_landed(schema, keys, piece, seq)
+                for piece in pieces
+            ]
+            # In log order: the lander keeps per key the row of the highest position anyway,
+            # but the changelog keeps the order it was given.
+            tables.append((table, keys, parts[0] if len(parts) == 1 else pa.concat_tables(parts)))
         try:
             batch = self._staging.stage(seq, tables)
         except OSError as exc:  # nothing was recorded: the log replays these events
@@ -250,7 +292,11 @@ class SparkSink:
                 disk_error(exc, where, "the staging directory", "[sink] staging")
             ) from exc
         self._seq = seq
+        now = time.monotonic()
         with self._cond:
+            for table, pieces in pending.items():
+                if any(isinstance(piece, ReadBatch) for piece in pieces):
+                    self._read_at[table] = now
             self._queue.append(batch)
             self._staged_bytes += batch.bytes
             self._cond.notify_all()
@@ -318,6 +364,26 @@ class SparkSink:
             landed.seconds,
         )
 
+    def _snapshotting(self, table: TableId) -> bool:
+        """Whether READ rows of ``table`` were staged within the last SNAPSHOT_QUIET_S (read
+        by the lander thread; a float read from a dict needs no lock)."""
+        at = self._read_at.get(table)
+        return at is not None and time.monotonic() - at < SNAPSHOT_QUIET_S
+
+    def _held_for(self) -> float | None:
+        """Seconds until a compaction that waits for a snapshot may run: 0 now, None when
+        none waits. Called with _cond held, on the lander thread."""
+        assert self._lander is not None
+        waiting = self._lander.waiting_compactions()
+        if not waiting:
+            return None
+        now = time.monotonic()
+        left = [
+            SNAPSHOT_QUIET_S - (now - self._read_at.get(table, -SNAPSHOT_QUIET_S))
+            for table in waiting
+        ]
+        return max(0.0, min(left))
+
     def _run_lander(self) -> None:
         if self._lander is None:
             try:
@@ -328,22 +394,18 @@ class SparkSink:
                     self._cond.notify_all()
                 log.error("%s", self._failure)
                 return
+        self._lander.hold_compaction = self._snapshotting
         while True:
             with self._cond:
-                while not self._queue and not self._closing:
-                    self._cond.wait()
-                if not self._queue:
+                group = self._next_job()
+                if group is None:
                     return
-                group: list[StagedBatch] = []
-                size = 0
-                for batch in self._queue:
-                    if group and size + batch.bytes > MAX_GROUP_BYTES:
-                        break
-                    group.append(batch)
-                    size += batch.bytes
                 self._landing = True
             try:
-                self._land_now(group)
+                if group:
+                    self._land_now(group)
+                else:
+                    self._compact_released()
             except Exception as exc:
                 with self._cond:
                     self._failure = str(exc)
@@ -352,10 +414,47 @@ class SparkSink:
                 log.error("%s", exc)
                 return
             with self._cond:
-                del self._queue[: len(group)]
-                self._staged_bytes -= size
+                if group:
+                    del self._queue[: len(group)]
+                    self._staged_bytes -= sum(b.bytes for b in group)
+                    self._compact_pending = True
                 self._landing = False
                 self._cond.notify_all()
+
+    def _next_job(self) -> list[StagedBatch] | None:
+        """What the lander does next (waits, with _cond held, until there is something):
+        the batches to land, oldest first; [] for the compactions that waited for a
+        snapshot to end; None to stop (closing, nothing left to land)."""
+        while True:
+            if self._queue:
+                group: list[StagedBatch] = []
+                size = 0
+                for batch in self._queue:
+                    if group and size + batch.bytes > MAX_GROUP_BYTES:
+                        break
+                    group.append(batch)
+                    size += batch.bytes
+                return group
+            if self._closing:
+                return None  # close compacts what is left (compact_idle)
+            wait: float | None = None
+            if self._compact_pending:
+                wait = self._held_for()
+                if wait is None:
+                    self._compact_pending = False
+                elif wait == 0:
+                    self._compact_pending = False
+                    return []
+            self._cond.wait(wait)
+
+    def _compact_released(self) -> None:
+        """The compactions that waited for a snapshot to end, now that it has (the lander is
+        idle). A failure is not the data's: it is landed; the next landing or close retries."""
+        assert self._lander is not None
+        try:
+            self._lander.compact_released()
+        except Exception as exc:
+            log.warning("compacting the current state failed: %s", _first_line(exc))
 
     def wait_landed(self, timeout: float | None = None) -> bool:
         """Wait until everything staged so far is landed (tests, bench)."""
@@ -368,6 +467,18 @@ class SparkSink:
                 self._cond.wait(left)
         self._check()
         return True
+
+
+def _unknown_columns(schema: TableSchema, pieces: Sequence[Piece]) -> set[str]:
+    """Columns the pieces' rows have and the catalog does not: log events row by row, a READ
+    batch by its Arrow schema, once."""
+    unknown: set[str] = set()
+    for piece in pieces:
+        if isinstance(piece, ReadBatch):
+            unknown |= read_batch_unknown_columns(schema, piece)
+        else:
+            unknown |= unknown_columns(schema, piece)
+    return unknown
 
 
 def _first_line(exc: BaseException) -> str:

@@ -88,7 +88,10 @@ class Capture:
     kafka_partitions: int = 3  # kafka: several, so per-key order across partitions is tested
     kafka_schemas: bool = False  # kafka: JsonConverter-style {"schema", "payload"} messages
     kafka_bootstrap: str = ""  # kafka: unset, SNAPSHOTTER_KAFKA_BOOTSTRAP (scripts/test)
-    kafka_settings: str = ""  # kafka: a TOML inline table of kafka-python settings
+    kafka_settings: str = ""  # kafka: a TOML inline table of the client's settings
+    # kafka: "kafka-python" or "confluent"; unset, SNAPSHOTTER_KAFKA_CLIENT or kafka-python
+    # (so the whole Kafka suite can run against either client)
+    kafka_client: str = ""
 
     def __post_init__(self) -> None:
         tag = uuid.uuid4().hex[:10]
@@ -135,6 +138,7 @@ dir = "state"
                 f'[sink]\nkind = "kafka"\nbootstrap_servers = "{bootstrap}"\n'
                 f"partitions = {self.kafka_partitions}\n"
                 f"schemas = {'true' if self.kafka_schemas else 'false'}\n"
+                f'client = "{self.client}"\n'
                 + (f"kafka = {self.kafka_settings}\n" if self.kafka_settings else "")
             )
         # One Spark session per test process (snapshotter.landing.session); local[2] as CI.
@@ -143,6 +147,11 @@ dir = "state"
             "compact_min_rows = 20000\n\n"
             f'[spark]\nmaster = "{SPARK_MASTER}"\n'
         )
+
+    @property
+    def client(self) -> str:
+        """The Kafka client the sink uses."""
+        return self.kafka_client or os.environ.get("SNAPSHOTTER_KAFKA_CLIENT", "kafka-python")
 
     def lander(self) -> Any:
         """A Lander over this capture's landing root (the process's Spark session)."""

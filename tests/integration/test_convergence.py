@@ -656,11 +656,31 @@ def sleep_hook(seconds: float) -> Hook:
     return hook
 
 
+class InFlight:
+    """How many chunk SELECTs run at once (between ``after_open`` and ``after_read``, on the
+    chunk workers' threads), and the most seen."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.now = 0
+        self.most = 0
+
+    def enter(self, task: ChunkTask) -> None:
+        with self._lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+
+    def leave(self, task: ChunkTask) -> None:
+        with self._lock:
+            self.now -= 1
+
+
 class Pacer:
     """Phase hooks that spread a writer's changes over the whole snapshot: before its open
     watermark, chunk k waits until the writer has committed k/``chunks`` of ``target``
     changes since the first chunk began. ``during`` is what the writer had committed
-    since then when the newest close watermark was written."""
+    since then when the newest close watermark was written; ``reading`` counts the chunk
+    SELECTs in flight."""
 
     def __init__(self, writer: RandomWriter, target: int, chunks: int) -> None:
         self.writer = writer
@@ -669,6 +689,7 @@ class Pacer:
         self.start: int | None = None
         self.during = 0
         self.waited = 0.0
+        self.reading = InFlight()
 
     def before_open(self, task: ChunkTask) -> None:
         if self.start is None:
@@ -689,7 +710,12 @@ class Pacer:
         self.during = self.writer.total - self.start
 
     def hooks(self) -> PhaseHooks:
-        return PhaseHooks(before_open=self.before_open, after_close=self.after_close)
+        return PhaseHooks(
+            before_open=self.before_open,
+            after_open=self.reading.enter,
+            after_read=self.reading.leave,
+            after_close=self.after_close,
+        )
 
 
 @dataclass
@@ -746,20 +772,39 @@ def snapshot_under_writer(
     return table, writer, pacer
 
 
-@pytest.mark.parametrize("scenario", ["items", "composite", "typed", "wide", "parted"])
-def test_converges_under_a_concurrent_random_writer(source: Source, scenario: str) -> None:
+# [source] read_parallelism: the default (2, closed key ranges read by overlapping windows) on
+# every scenario; 1 (open chunks, one read at a time) and 3 on the key shapes chunk bounds
+# depend on most (a bigint, a composite with text, a three-column typed key).
+PARALLEL_CASES = [
+    *(pytest.param(s, 2, id=s) for s in ("items", "composite", "typed", "wide", "parted")),
+    *(
+        pytest.param(s, n, id=f"{s}-reads{n}")
+        for n in (1, 3)
+        for s in ("items", "composite", "typed")
+    ),
+]
+
+
+@pytest.mark.parametrize(("scenario", "parallel"), PARALLEL_CASES)
+def test_converges_under_a_concurrent_random_writer(
+    source: Source, scenario: str, parallel: int
+) -> None:
     timer = Timer()
-    cap = source.capture(chunk_size=CHUNK)
+    cap = source.capture(chunk_size=CHUNK, extra_config=f"read_parallelism = {parallel}")
     table, writer, pacer = snapshot_under_writer(source, cap, scenario, timer)
     verdict = assert_converged(cap, table.name)
     timer.mark("verify")
     done = progress(cap, table.name)
     counts = ops(cap, table.name)
     print(
-        f"\n{source.name}/{scenario}: {timer}; {verdict.table_rows} rows, {done['chunks']} "
-        f"chunks; writer {pacer.during} changes during the snapshot, {dict(writer.counts)}; "
-        f"pacer waited {pacer.waited:.1f} s; events {dict(counts)}"
+        f"\n{source.name}/{scenario} ({parallel} reads): {timer}; {verdict.table_rows} rows, "
+        f"{done['chunks']} chunks, up to {pacer.reading.most} read at once; writer "
+        f"{pacer.during} changes during the snapshot, {dict(writer.counts)}; pacer waited "
+        f"{pacer.waited:.1f} s; events {dict(counts)}"
     )
+    assert pacer.reading.most <= parallel
+    if parallel > 1:
+        assert pacer.reading.most > 1, "no two chunk SELECTs ever ran at once"
     assert done["state"] == "done", done
     assert done["chunks"] >= ROWS // CHUNK // 2, done  # many windows
     assert pacer.during >= CHANGES, f"only {pacer.during} changes while the snapshot ran"
@@ -818,18 +863,35 @@ def test_the_spark_sink_converges_under_a_concurrent_random_writer(
         assert f"differ: key {json.dumps(tampered)}" in verdict.render()
 
 
-@pytest.mark.parametrize("scenario", ["items", "composite", "typed", "wide"])
+@pytest.mark.parametrize(
+    ("scenario", "client"),
+    [
+        ("items", "kafka-python"),
+        ("composite", "kafka-python"),
+        ("typed", "kafka-python"),
+        ("wide", "kafka-python"),
+        # the confluent-kafka producer (SNAPSHOTTER_KAFKA_CLIENT=confluent runs them all)
+        ("typed", "confluent"),
+        ("composite", "confluent"),
+    ],
+)
 def test_the_kafka_sink_converges_under_a_concurrent_random_writer(
-    source: Source, scenario: str, kafka_bootstrap: str
+    source: Source, scenario: str, client: str, kafka_bootstrap: str
 ) -> None:
     """The same run sent to Kafka (3 partitions; "typed" with JsonConverter schemas): every
     message of the table's topic, consumed from the beginning and replayed by key (a
     tombstone deletes), equals the table; each key stays on one partition, each delete is
     followed by its tombstone; and ``verify`` agrees."""
+    if client == "confluent":
+        pytest.importorskip("confluent_kafka")
     timer = Timer()
     schemas = scenario == "typed"
     cap = source.capture(
-        chunk_size=CHUNK, sink="kafka", kafka_bootstrap=kafka_bootstrap, kafka_schemas=schemas
+        chunk_size=CHUNK,
+        sink="kafka",
+        kafka_bootstrap=kafka_bootstrap,
+        kafka_schemas=schemas,
+        kafka_client=client if client == "confluent" else "",
     )
     table, _, pacer = snapshot_under_writer(source, cap, scenario, timer)
     messages = consume_all(kafka_bootstrap, cap.topic(table.name))
@@ -1746,19 +1808,30 @@ def test_a_kafka_broker_restart_mid_snapshot_loses_nothing(
     assert state_of(cap, table.name) == "done"
 
 
+@pytest.mark.parametrize("client", ["kafka-python", "confluent"])
 def test_a_kafka_outage_past_the_delivery_timeout_stops_the_engine_and_resume_converges(
-    source: Source, private_kafka: PrivateKafka
+    source: Source, private_kafka: PrivateKafka, client: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The broker stays down past the producer's delivery timeout: the engine stops with an
     error that says Kafka did not acknowledge, the state keeps only what was acknowledged,
     and once the broker is back a new run resends what followed and converges (messages
-    may repeat: at least once)."""
+    may repeat: at least once). With either client (librdkafka fails the deliveries itself
+    at its delivery timeout; kafka-python keeps retrying and the sink's own timer fires)."""
     from snapshotter.sinks.kafka import KafkaSinkError
 
-    fast_failing = (
-        "{delivery_timeout_ms = 6000, request_timeout_ms = 2000, max_block_ms = 6000, "
-        "linger_ms = 5}"
-    )
+    if client == "confluent":
+        pytest.importorskip("confluent_kafka")
+    monkeypatch.setenv("SNAPSHOTTER_KAFKA_CLIENT", client)
+    fast_failing = {
+        "kafka-python": (
+            "{delivery_timeout_ms = 6000, request_timeout_ms = 2000, max_block_ms = 6000, "
+            "linger_ms = 5}"
+        ),
+        "confluent": (
+            '{"delivery.timeout.ms" = 6000, "request.timeout.ms" = 2000, "linger.ms" = 5, '
+            '"socket.timeout.ms" = 6000}'
+        ),
+    }[client]
     with kafka_snapshot_under_way(source, private_kafka, seed=11, settings=fast_failing) as (
         cap,
         table,

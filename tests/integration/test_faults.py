@@ -279,6 +279,17 @@ def test_a_hard_crash_then_resume_converges(
             out.write(json.dumps(asdict(cost)) + "\n")
 
 
+@pytest.mark.parametrize(("db", "point"), [("postgres", "sink.flush"), ("mysql", "window.close")])
+def test_a_hard_crash_with_the_confluent_kafka_client_then_resume_converges(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, db: str, point: str
+) -> None:
+    """The Kafka cases of the CI slice with ``[sink] client = "confluent"`` (the harness
+    reads SNAPSHOTTER_KAFKA_CLIENT; the killed process inherits it too)."""
+    pytest.importorskip("confluent_kafka")
+    monkeypatch.setenv("SNAPSHOTTER_KAFKA_CLIENT", "confluent")
+    test_a_hard_crash_then_resume_converges(request, db, "kafka", point, 1)
+
+
 def test_a_binlog_stream_without_a_saved_position_resumes_where_it_began(
     request: pytest.FixtureRequest,
 ) -> None:

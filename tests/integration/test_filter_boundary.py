@@ -16,13 +16,12 @@ from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
-import psycopg
 import pymysql
 import pytest
 import sqlalchemy as sa
 
 from signals.names import TableId
-from snapshotter.dialects import my_setup, pg_setup, postgres
+from snapshotter.dialects import my_setup, pg_arrow, pg_setup, postgres
 from snapshotter.dialects.mysql import MySqlDialect
 from snapshotter.dialects.query_guard import Outcome, QueryGuard
 from tests.conftest import REPO
@@ -166,7 +165,10 @@ def test_a_filters_session_state_does_not_reach_later_reads(
     (and max-key query) the session is reset: the next table's filter sees none of it, and
     another session sees the lock free while the engine still runs."""
     src = source_named(request, name)
-    cap = src.capture(chunk_size=2)
+    # One chunk connection: a's filter takes a lock with GET_LOCK(..., 0) /
+    # pg_try_advisory_lock, which a second connection reading a's next chunk at the same
+    # moment could not get (its rows would not match).
+    cap = src.capture(chunk_size=2, extra_config="read_parallelism = 1")
     _tables(src, cap, "a", "b", rows=5)
     cap.init()
     lock, tag = int(time.time_ns() % 1_000_000_000), f"snap_{cap.schema}"
@@ -282,19 +284,25 @@ def test_sigterm_stops_the_engine_within_seconds_with_a_sleeping_filter(
 
 
 def test_the_watchdog_cancels_a_postgres_query_without_a_server_timeout(pg_url: str) -> None:
+    """The chunk connection's own cancel (the ADBC driver's cancel request)."""
     guard = QueryGuard(grace_s=0.2)
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute("SET statement_timeout = 0")
+    dialect = postgres.PostgresDialect(pg_url, TableId("x", "y"), "unused")
+    try:
+        conn = dialect._connection()
+        conn.script("SET statement_timeout = 0")
         started = time.monotonic()
         with (
-            pytest.raises(psycopg.errors.QueryCanceled),
-            guard.running(0.3, partial(postgres._cancel, conn)) as query,
+            pytest.raises(pg_arrow.AdbcError) as error,
+            guard.running(0.3, conn.cancel) as query,
         ):
-            conn.execute("SELECT pg_sleep(30)")
+            conn.fetch("SELECT pg_sleep(30)")
+        assert error.value.sqlstate == "57014"  # query_canceled
         assert time.monotonic() - started < 5
         assert query.outcome is Outcome.TIMED_OUT
-        assert conn.execute("SELECT 1").fetchone() == (1,)  # the connection still works
-    guard.close()
+        assert conn.fetch("SELECT 1 AS one").column(0).to_pylist() == [1]  # still works
+    finally:
+        dialect.close()
+        guard.close()
 
 
 def test_the_watchdog_kills_a_mysql_query_without_a_server_timeout(mysql_url: str) -> None:

@@ -1,5 +1,6 @@
 """The Kafka sink's errors and topic handling on the real broker: what the user sees when the
-brokers refuse a topic or cannot be reached, and an existing topic used as it is."""
+brokers refuse a topic or cannot be reached, and an existing topic used as it is; with each
+client (kafka-python, confluent-kafka), and a key's partition kept when the client changes."""
 
 from __future__ import annotations
 
@@ -17,6 +18,16 @@ from snapshotter.sinks.kafka import KafkaSinkError
 from tests.integration.engine_harness import Capture
 
 pytestmark = pytest.mark.integration
+
+CLIENTS = ["kafka-python", "confluent"]
+
+
+@pytest.fixture(params=CLIENTS)
+def client(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    if name == "confluent":
+        pytest.importorskip("confluent_kafka")
+    return name
 
 
 def _table(cap: Capture, rows: int = 50) -> str:
@@ -47,9 +58,11 @@ def _closed_port() -> int:
 
 
 def test_a_replication_factor_the_cluster_cannot_give_stops_with_the_reason(
-    capture: Any, kafka_bootstrap: str
+    capture: Any, kafka_bootstrap: str, client: str
 ) -> None:
-    cap: Capture = capture(sink="kafka", kafka_bootstrap=kafka_bootstrap, kafka_partitions=1)
+    cap: Capture = capture(
+        sink="kafka", kafka_bootstrap=kafka_bootstrap, kafka_partitions=1, kafka_client=client
+    )
     cap.config_path.write_text(
         cap.config_path.read_text().replace("partitions = 1", "partitions = 1\nreplication = 3")
     )
@@ -60,9 +73,11 @@ def test_a_replication_factor_the_cluster_cannot_give_stops_with_the_reason(
 
 
 def test_an_existing_topic_is_used_as_it_is(
-    capture: Any, kafka_bootstrap: str, caplog: pytest.LogCaptureFixture
+    capture: Any, kafka_bootstrap: str, caplog: pytest.LogCaptureFixture, client: str
 ) -> None:
-    cap: Capture = capture(sink="kafka", kafka_bootstrap=kafka_bootstrap, kafka_partitions=3)
+    cap: Capture = capture(
+        sink="kafka", kafka_bootstrap=kafka_bootstrap, kafka_partitions=3, kafka_client=client
+    )
     table = _table(cap)
     admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
     try:
@@ -81,26 +96,42 @@ def test_an_existing_topic_is_used_as_it_is(
     assert verdict.ok and verdict.table_rows == 50, verdict.render()
 
 
-def test_unreachable_brokers_are_named_in_the_error(capture: Any, tmp_path: Path) -> None:
+def test_unreachable_brokers_are_named_in_the_error(
+    capture: Any, tmp_path: Path, client: str
+) -> None:
     bootstrap = f"127.0.0.1:{_closed_port()}"
+    settings = {
+        "kafka-python": "{bootstrap_timeout_ms = 3000, request_timeout_ms = 3000}",
+        "confluent": '{"socket.timeout.ms" = 3000}',
+    }
     cap: Capture = capture(
         sink="kafka",
         kafka_bootstrap=bootstrap,
-        kafka_settings="{bootstrap_timeout_ms = 3000, request_timeout_ms = 3000}",
+        kafka_settings=settings[client],
+        kafka_client=client,
     )
     message = _failure_of_a_snapshot(cap)
     assert f"cannot reach the Kafka brokers at {bootstrap}" in message, message
     assert "check [sink] bootstrap_servers" in message, message
 
 
+@pytest.mark.parametrize(
+    ("first", "then"),
+    [("kafka-python", "kafka-python"), ("confluent", "confluent"), ("kafka-python", "confluent")],
+)
 def test_topics_are_named_after_the_source_and_keys_keep_their_partition(
-    capture: Any, kafka_bootstrap: str
+    capture: Any, kafka_bootstrap: str, first: str, then: str
 ) -> None:
     """A composite key, 3 partitions: the key is {"a": ..., "b": ...} in key order, and
-    the same key (updated, deleted) always lands on the same partition."""
+    the same key (updated, deleted) always lands on the same partition, also when the run
+    that follows the snapshot uses the other client (both partition by murmur2)."""
     from tests.integration.test_convergence import consume_all
 
-    cap: Capture = capture(sink="kafka", kafka_bootstrap=kafka_bootstrap, kafka_partitions=3)
+    if "confluent" in (first, then):
+        pytest.importorskip("confluent_kafka")
+    cap: Capture = capture(
+        sink="kafka", kafka_bootstrap=kafka_bootstrap, kafka_partitions=3, kafka_client=first
+    )
     tag = uuid.uuid4().hex[:6]
     with psycopg.connect(cap.url, autocommit=True) as conn:
         conn.execute(f'CREATE TABLE "{cap.schema}".c (b text, a int, v int, PRIMARY KEY (a, b))')
@@ -115,6 +146,9 @@ def test_topics_are_named_after_the_source_and_keys_keep_their_partition(
     with psycopg.connect(cap.url, autocommit=True) as conn:
         conn.execute(f'UPDATE "{cap.schema}".c SET v = v + 1')
         conn.execute(f'DELETE FROM "{cap.schema}".c WHERE a % 2 = 0')
+    cap.config_path.write_text(
+        cap.config_path.read_text().replace(f'client = "{first}"', f'client = "{then}"')
+    )
     assert cap.run(timeout=120) == 0
     messages = consume_all(kafka_bootstrap, cap.topic("c"))
     assert cap.topic("c").endswith(f".{cap.schema}.c")

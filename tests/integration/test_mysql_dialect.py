@@ -28,6 +28,7 @@ from signals.names import TableId
 from signals.parser import parse_signal
 from snapshotter.core.events import ChangeEvent, Op
 from snapshotter.core.keys import Key, decode_key, encode_key
+from snapshotter.dialects import my_client
 from snapshotter.dialects import my_types as mt
 from snapshotter.dialects.base import TableError, TableSchema
 from snapshotter.dialects.mysql import MySqlDialect
@@ -59,10 +60,14 @@ def fetch(engine: sa.Engine, database: str, sql: str) -> list[tuple[Any, ...]]:
         ]
 
 
-@pytest.fixture
-def dialect(mysql_url: str, mysql_db: str) -> Iterator[MySqlDialect]:
+@pytest.fixture(params=my_client.available())
+def dialect(
+    request: pytest.FixtureRequest, mysql_url: str, mysql_db: str
+) -> Iterator[MySqlDialect]:
+    """The dialect with each installed client library for its chunk connection
+    (mysqlclient, pymysql): both must read the same values."""
     url = sa.make_url(mysql_url).set(database=mysql_db)
-    out = MySqlDialect(url, TableId(None, "debezium_signal"))
+    out = MySqlDialect(url, TableId(None, "debezium_signal"), client=request.param)
     yield out
     out.close()
 

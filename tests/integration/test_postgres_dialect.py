@@ -384,7 +384,7 @@ def test_a_lost_connection_is_a_retryable_error_and_the_next_read_reconnects(
     dialect: PostgresDialect, orders: TableSchema, pg_engine: sa.Engine
 ) -> None:
     keys, upto = orders.primary_key, (99, "k9")
-    pid = dialect._connection().info.backend_pid
+    pid = dialect._connection().backend_pid()
     assert scalar(pg_engine, "SELECT pg_terminate_backend(:pid)", pid=pid)
     with pytest.raises(ChunkReadError, match=r"chunk query on table .*orders failed: ") as error:
         dialect.read_chunk(orders, keys, None, upto, None, 10)
@@ -482,6 +482,133 @@ def test_values_load_exactly_as_the_log_path_loads_them(
     assert converted["js"] == RawJson(row["js"]) and converted["jt"] == RawJson('{"b":  1}')
     # The last key comes straight from the loaders too.
     assert chunk.last_key == (1,)
+
+
+# Edge values of each type the chunk reader reads in binary or casts in SQL (issue 16): each
+# row's READ value must be what the log decoder loads from the value's output text.
+_EDGES = {
+    "b": ("boolean", ["true", "false"]),
+    "i2": ("smallint", ["-32768", "32767"]),
+    "i4": ("integer", ["-2147483648", "2147483647"]),
+    "i8": ("bigint", ["-9223372036854775808", "9223372036854775807"]),
+    "o": ("oid", ["0", "4294967295"]),
+    "f4": ("real", ["'NaN'", "'-Infinity'", "'-0'", "'1e-45'", "'3.4028235e38'", "'0.1'"]),
+    "f8": (
+        "double precision",
+        ["'Infinity'", "'5e-324'", "'1.7976931348623157e308'", "'-0'", "'0.12345678901234568'"],
+    ),
+    "t": ("text", ["''", "'é 😀 \\ \"'"]),
+    "vc": ("varchar(3)", ["'ab '", "''"]),
+    "bp": ("char(4)", ["'a'", "''"]),
+    "nm": ("name", ["''", "'Ünï'"]),
+    "ch": ('"char"', ['chr(200)::"char"', "''"]),  # a high byte: escaped in its text
+    "by": ("bytea", ["'\\x'", "'\\x00ff'"]),
+    "d": ("date", ["'0001-01-01'", "'9999-12-31'"]),
+    "ts": ("timestamp", ["'0001-01-01 00:00:00'", "'9999-12-31 23:59:59.999999'"]),
+    "tz": ("timestamptz", ["'0001-01-01 00:00:00+00'", "'9999-12-31 23:59:59.999999+00'"]),
+    "tm": ("time", ["'00:00:00'", "'23:59:59.999999'"]),
+}
+
+
+def _edge_rows() -> int:
+    return max(len(values) for _, values in _EDGES.values())
+
+
+@pytest.mark.parametrize("extra_float_digits", [None, "0"])
+def test_binary_read_values_equal_the_log_text_loads(
+    pg_url: str, pg_engine: sa.Engine, pg_schema: str, extra_float_digits: str | None
+) -> None:
+    """Values read in binary (or cast in SQL) are what the log decoder loads from the output
+    text, edge values included; with extra_float_digits = 0 (a server or role setting: the
+    text rounds floats to 15 digits) float8 is read through its text, rounded alike."""
+    columns = ", ".join(f"{name} {sql_type}" for name, (sql_type, _) in _EDGES.items())
+    rows = []
+    for i in range(_edge_rows()):
+        values = [vs[i % len(vs)] for _, vs in _EDGES.values()]
+        rows.append(f"({i}, {', '.join(values)})")
+    nulls = ", ".join("NULL" for _ in _EDGES)
+    run(
+        pg_engine,
+        f"CREATE TABLE {pg_schema}.e (id int PRIMARY KEY, {columns})",
+        f"INSERT INTO {pg_schema}.e VALUES {', '.join(rows)}, (99, {nulls})",
+    )
+    url, options = pg_url, {}
+    if extra_float_digits is not None:
+        options = {"options": f"-c extra_float_digits={extra_float_digits}"}
+        url = sa.make_url(pg_url).update_query_dict(options).render_as_string(hide_password=False)
+    dialect = PostgresDialect(url, TableId(pg_schema, "debezium_signal"), "unused")
+    try:
+        schema = dialect.describe(TableId(pg_schema, "e"))
+        chunk = dialect.read_chunk(schema, ("id",), None, (99,), None, 100)
+    finally:
+        dialect.close()
+    assert chunk.rows.schema == schema.arrow_schema()
+    got = chunk.rows.to_pylist()
+    # The log side: each value's output text (in the same session settings, in UTC: year
+    # 9999 in a zone east of it is year 10000), loaded by OID.
+    with psycopg.connect(pg_url, **options) as conn:
+        conn.execute("SET TimeZone TO 'UTC'")
+        result = conn.pgconn.exec_(f"SELECT * FROM {pg_schema}.e ORDER BY id".encode())
+        texts = [
+            [result.get_value(r, c) for c in range(result.nfields)] for r in range(result.ntuples)
+        ]
+    log_tx = pg_types.transformer()
+    assert len(got) == len(texts) == _edge_rows() + 1
+    for row, raw in zip(got, texts, strict=True):
+        for column, text in zip(schema.columns, raw, strict=True):
+            want = None if text is None else log_tx.get_loader(column.type_code, 0).load(text)
+            value = row[column.name]
+            same = value == want or (value != value and want != want)  # NaN
+            assert same and type(value) is type(want), (column.name, row["id"], value, want)
+            if isinstance(want, float):  # -0.0 is not 0.0
+                assert str(value) == str(want), (column.name, value, want)
+    f8 = {r["id"]: r["f8"] for r in got}
+    if extra_float_digits is None:  # the shortest exact text: binary is the same value
+        assert f8[2] == 1.7976931348623157e308 and f8[4] == 0.12345678901234568
+    else:  # 15 digits: the maximum rounds up past it (inf, as Python reads it)
+        assert f8[2] == float("inf") and f8[4] == 0.123456789012346
+    assert got[0]["ch"] == "\\303" and got[0]["o"] == 0 and got[1]["o"] == 4294967295
+    assert got[5]["f4"] == 0.1  # float4's text read as a double, not 0.10000000149...
+
+
+@pytest.mark.parametrize(
+    ("sql_type", "value"),
+    [
+        ("date", "'infinity'"),
+        ("date", "'10000-01-01'"),
+        ("date", "'0001-12-31 BC'"),
+        ("timestamp", "'-infinity'"),
+        ("timestamp", "'10000-01-01 00:00:00'"),
+        ("timestamptz", "'9999-12-31 23:59:59.999999-01'"),  # year 10000 in UTC
+        ("time", "'24:00:00'"),
+    ],
+)
+def test_a_value_python_cannot_hold_fails_the_read_as_the_log_loaders_would(
+    dialect: PostgresDialect,
+    pg_url: str,
+    pg_engine: sa.Engine,
+    pg_schema: str,
+    sql_type: str,
+    value: str,
+) -> None:
+    run(
+        pg_engine,
+        f"CREATE TABLE {pg_schema}.x (id int PRIMARY KEY, v {sql_type})",
+        f"INSERT INTO {pg_schema}.x VALUES (1, {value})",
+    )
+    schema = dialect.describe(TableId(pg_schema, "x"))
+    with psycopg.connect(pg_url) as conn:  # the log decoder's loaders refuse it too
+        conn.execute("SET TimeZone TO 'UTC'")
+        text = conn.pgconn.exec_(f"SELECT v FROM {pg_schema}.x".encode()).get_value(0, 0)
+    with pytest.raises(psycopg.DataError):
+        pg_types.transformer().get_loader(schema.columns[1].type_code, 0).load(text)
+    with pytest.raises(TableError, match="cannot represent"):
+        dialect.read_chunk(schema, ("id",), None, (1,), None, 10)
+    run(pg_engine, f"CREATE TABLE {pg_schema}.xk (v {sql_type} PRIMARY KEY)")
+    run(pg_engine, f"INSERT INTO {pg_schema}.xk VALUES ({value})")
+    keyed = dialect.describe(TableId(pg_schema, "xk"))
+    with pytest.raises(TableError, match="cannot represent"):
+        dialect.max_key(keyed, ("v",), None)
 
 
 def test_timestamptz_keys_are_utc_whatever_the_server_zone(

@@ -89,3 +89,12 @@ def test_errors_name_the_key(text: str, environ: dict[str, str], message: str) -
 def test_a_missing_file() -> None:
     with pytest.raises(ConfigError, match="cannot read config"):
         load_config("/nonexistent/snapshotter.toml")
+
+
+def test_read_parallelism_defaults_to_two_and_is_bounded() -> None:
+    assert parse_config(MINIMAL, base_dir=Path("."), environ={}).source.read_parallelism == 2
+    three = parse_config(MINIMAL + "read_parallelism = 3\n", base_dir=Path("."), environ={})
+    assert three.source.read_parallelism == 3
+    for bad in ("0", "17"):
+        with pytest.raises(ConfigError, match="read_parallelism"):
+            parse_config(MINIMAL + f"read_parallelism = {bad}\n", base_dir=Path("."), environ={})

@@ -200,3 +200,89 @@ def test_environment_references_in_client_settings() -> None:
     sink = parse(text, {"KAFKA_PASSWORD": "s3cret"}).sink
     assert sink.kafka == {"sasl_plain_password": "s3cret"}
     assert "KAFKA_PASSWORD is not set" in refused(text)
+
+
+# --- client = "confluent": librdkafka's own settings ------------------------------------------
+
+CONFLUENT = KAFKA + 'client = "confluent"\n'
+
+
+def test_the_client_is_kafka_python_unless_chosen() -> None:
+    assert parse(KAFKA).sink.client == "kafka-python"
+    assert "sink.client" in refused(KAFKA + 'client = "librdkafka"\n')
+    environ = {"SNAPSHOTTER_SINK_CLIENT": "confluent"}
+    assert parse(KAFKA, environ).sink.client == "confluent"
+
+
+def test_confluent_takes_librdkafka_settings() -> None:
+    pytest.importorskip("confluent_kafka")
+    text = CONFLUENT + (
+        'kafka = {"security.protocol" = "SASL_SSL", "sasl.mechanism" = "PLAIN", '
+        '"sasl.username" = "u", "sasl.password" = "p", '
+        '"linger.ms" = 5, "compression.type" = "zstd", "fetch.min.bytes" = 1}\n'
+    )
+    assert parse(text).sink.kafka == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "u",
+        "sasl.password": "p",
+        "linger.ms": 5,
+        "compression.type": "zstd",
+        "fetch.min.bytes": 1,  # the verify consumer's
+    }
+
+
+def test_confluent_refuses_kafka_python_names_and_unknown_settings() -> None:
+    pytest.importorskip("confluent_kafka")
+    message = refused(CONFLUENT + 'kafka = {linger_ms = 5, "linger.mss" = 5}\n')
+    assert "sink.kafka" in message
+    assert "linger_ms: not a librdkafka setting (did you mean linger.ms?)" in message
+    assert "linger.mss: not a librdkafka setting (did you mean linger.ms?)" in message
+    assert "the keys are librdkafka's" in message
+
+
+def test_confluent_refuses_a_value_librdkafka_refuses() -> None:
+    pytest.importorskip("confluent_kafka")
+    message = refused(CONFLUENT + 'kafka = {"linger.ms" = "soon"}\n')
+    assert "linger.ms: Invalid value" in message
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["acks", "enable.idempotence", "partitioner", "bootstrap.servers", "transactional.id"],
+)
+def test_confluent_refuses_what_the_sink_sets(key: str) -> None:
+    message = refused(CONFLUENT + f'kafka = {{"{key}" = "x"}}\n')
+    assert f"{key}: set by the sink itself" in message
+
+
+def test_confluent_refuses_callback_settings() -> None:
+    message = refused(CONFLUENT + 'kafka = {error_cb = "print"}\n')
+    assert "error_cb: takes a Python object" in message
+
+
+def test_the_confluent_fixed_settings_are_reserved() -> None:
+    from snapshotter.sinks.kafka_clients import CONFLUENT_FIXED, CONFLUENT_RESERVED
+
+    assert set(CONFLUENT_FIXED) <= CONFLUENT_RESERVED
+    assert CONFLUENT_FIXED["partitioner"] == "murmur2_random"  # kafka-python's partitions
+
+
+def test_both_clients_put_a_key_on_the_same_partition() -> None:
+    """librdkafka's murmur2 partitioner and kafka-python's default one agree, so a run
+    resumed with the other client keeps each key's events on one partition, in order."""
+    confluent = pytest.importorskip("confluent_kafka")
+    from kafka.partitioner.default import murmur2
+
+    keys = [b"", b"{}", b'{"id":7}', '{"a":1,"b":"é"}'.encode(), bytes(range(256))]
+    for key in keys:
+        for partitions in (1, 2, 3, 7, 100):
+            assert confluent.murmur2(key, partitions) == (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+def test_confluent_settings_are_judged_together() -> None:
+    pytest.importorskip("confluent_kafka")
+    message = refused(
+        CONFLUENT + 'kafka = {"sasl.mechanism" = "NOPE", "security.protocol" = "SASL_SSL"}\n'
+    )
+    assert "librdkafka refuses these settings" in message

@@ -49,6 +49,7 @@ from snapshotter.sinks.encoding import (
     json_as_text,
 )
 from snapshotter.sinks.jsonl import JsonlSink
+from snapshotter.sinks.kafka_clients import KafkaPythonProducer
 from snapshotter.sinks.kafka_read import Message, materialize_messages
 from snapshotter.verify import Materialized, VerifyError, canonical
 
@@ -1600,7 +1601,7 @@ def fake_sink(
         json_as_text=json_text,
     )
     producer = FakeProducer(partitions)
-    sink._producer = producer  # instead of open(): no broker
+    sink._producer = KafkaPythonProducer(producer)  # instead of open(): no broker
     # the topic exists with that many partitions
     sink._ensure_topic = lambda name: partitions  # type: ignore[method-assign]
     return sink, producer
@@ -1716,7 +1717,7 @@ def test_the_table_is_described_again_only_when_after_changes_shape() -> None:
         schemas=True,
     )
     producer = FakeProducer(1)
-    sink._producer = producer
+    sink._producer = KafkaPythonProducer(producer)
     sink._ensure_topic = lambda name: 1  # type: ignore[method-assign]
     row = {"id": 1, "v": 1, "big": "x"}
     sink.write(
@@ -1819,7 +1820,7 @@ def test_the_sink_waits_for_kafka_past_its_bound_on_unacknowledged_bytes() -> No
         partitions=1,
         max_unflushed_bytes=2_000,
     )
-    sink._producer = FlushingProducer(1)
+    sink._producer = KafkaPythonProducer(FlushingProducer(1))
     sink._ensure_topic = lambda name: 1  # type: ignore[method-assign]
     row = {"id": 1, "v": 1, "big": "x" * 100}
     sink.write([event(Op.CREATE, (i,), after={**row, "id": i}, pos=i) for i in range(1, 101)])

@@ -57,6 +57,14 @@ class GatedLander:
     def compact_idle(self) -> list[TableId]:
         return []
 
+    hold_compaction: Any = None
+
+    def waiting_compactions(self) -> list[TableId]:
+        return []
+
+    def compact_released(self) -> list[TableId]:
+        return []
+
 
 def sink_over(staging: StagingArea, lander: GatedLander, root: str) -> SparkSink:
     return SparkSink(
