@@ -902,6 +902,19 @@ def _run_matrix(db: Database, cases: Sequence[KeyCase]) -> MatrixRun:
         assert engine.stop(timeout=120) == expected
         assert db.cap.run(timeout=120) == 0  # every change so far reaches the sink
         verdicts = {c.table: db.cap.verify(c.table) for c in cases if c.refused is None}
+        # A table of three rows can lose every READ row to the writer's in-window changes
+        # (more so with chunk SELECTs in flight on two connections, the writer called from
+        # both): legitimate DBLog, but then no READ key met a log key. Such tables are
+        # snapshotted once more without the writer, so each case compares them.
+        unread = [
+            f"{db.cap.schema}.{c.table}"
+            for c in cases
+            if c.refused is None
+            and not any(e["value"]["op"] == "r" for e in events(db.cap, c.table))
+        ]
+        if unread:
+            db.cap.execute(*unread)
+            assert db.cap.run(timeout=120) == 0
         writer.touch_all()
         assert db.cap.run(timeout=120) == 0
     finally:

@@ -195,7 +195,9 @@ def test_pg_a_slot_created_again_by_init_is_ahead_of_the_state(capture: CaptureF
     table = create_items(cap, 4000)
     cap.init()
     cap.execute(table)
-    engine = cap.start(hooks=PhaseHooks(before_open=lambda task: time.sleep(0.05)))
+    # Slow chunks (0.3 s each, two in flight: about 3 s for the 20): the snapshot is still
+    # running when the state file first shows two chunks done.
+    engine = cap.start(hooks=PhaseHooks(before_open=lambda task: time.sleep(0.3)))
     wait_for(
         lambda: (
             (cap.directory / "state" / "state.json").exists()
