@@ -31,7 +31,7 @@ def setup(conn: psycopg.Connection, rows: int, slot: str, publication: str) -> N
              placed_at timestamptz not null default now(), note text,
              primary key (region, id))"""
     )
-    # Updates that leave a long note unchanged still log it (see README: TOAST).
+    # Updates that leave a long note unchanged still log it (see docs/sources.md: TOAST).
     conn.execute("alter table public.orders replica identity full")
     conn.execute(
         """insert into public.orders (region, id, amount, note)

@@ -130,7 +130,7 @@ def explain_db(exc: BaseException, url: str | None) -> Explained | None:
     if sqlstate == _PG_PRIVILEGE or code in _MY_PRIVILEGE:
         return Explained(
             f"{where} refused a privilege: {reason}{_what(statement)}; grant it to the "
-            "configured user (README: Prerequisites) or use a user that has it",
+            "configured user (docs/sources.md: Prerequisites) or use a user that has it",
             True,
         )
     if connecting:

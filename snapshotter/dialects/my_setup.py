@@ -716,7 +716,7 @@ def filter_reach(facts: ServerFacts) -> list[Problem]:
             f"the signal table) run as it: whoever can insert into the signal table can {can}",
             "run snapshotter as a user of its own with only REPLICATION SLAVE, "
             f"{facts.binlog_monitor_privilege} on *.* and SELECT, INSERT, DELETE on the "
-            "database (README: Trust boundary)",
+            "database (docs/operations.md: Trust boundary)",
             "warning",
         )
     ]

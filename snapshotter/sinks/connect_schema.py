@@ -3,8 +3,8 @@
 Kafka Connect's ``JsonConverter`` with ``schemas.enable=true`` wraps every key and value as
 ``{"schema": <schema>, "payload": <data>}``. These functions build the schema part for a
 table's key and for its change-event envelope, in the types a Debezium connector declares
-when configured to write values the way snapshotter writes them (see the README's "Kafka
-sink" section): ``decimal.handling.mode=string``, ``time.precision.mode=isostring``,
+when configured to write values the way snapshotter writes them (see docs/sinks.md,
+"For a Debezium consumer"): ``decimal.handling.mode=string``, ``time.precision.mode=isostring``,
 ``binary.handling.mode=bytes`` (the JsonConverter writes bytes as base64, as snapshotter
 does) and JSON columns as ``io.debezium.data.Json`` strings.
 

@@ -1,6 +1,6 @@
 """bench/e2e_bench.py runs end to end at a tiny size on the real servers: both sources, the
 counting, JSONL and Kafka sinks, the ticker run and the scale run, and its JSON and markdown
-hold what the README's speed section is filled from.
+hold what the speed tables of docs/benchmarks.md are filled from.
 
 The Spark sink is left out here: its session start alone is 10-20 s per engine run (the
 bench starts one per Spark run), which would take this test well past a minute; the timing
