@@ -81,7 +81,7 @@ class SourceConfig(_Section):
     # ``/public\.orders_\d+/``). A signal naming a table outside them is refused.
     tables: list[str] = Field(default_factory=list)
     signal_table: str = "debezium_signal"
-    chunk_size: int = Field(default=4096, ge=1, le=1_000_000)
+    chunk_size: int = Field(default=32768, ge=1, le=1_000_000)
     # The longest one max-key or chunk query may run (seconds), enforced by the server's
     # statement timeout and by the engine cancelling it: a filter (SQL from the signal
     # table) cannot hold the snapshot side for longer. Past it, that table's snapshot fails.

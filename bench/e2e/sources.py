@@ -221,7 +221,7 @@ class Postgres(SourceDb):
                 "'name-' || md5(g::text), ((g * 7919) %% 10000019) / 100.0, "
                 "timestamptz '2024-01-01 00:00:00+00' + g * interval '1 second', "
                 "CASE WHEN g %% 10 = 0 THEN NULL ELSE g * 0.25 END "
-                "FROM generate_series(1, %s) AS g",
+                "FROM generate_series(1::bigint, %s::bigint) AS g",
                 (rows,),
             )
             # No later read pays for hint bits; one scan warms the cache.

@@ -2,9 +2,9 @@
 
 Flow, per checkpoint (the engine asks for one about every second, at transaction boundaries)::
 
-    log events, READ batches ──(engine thread: to Arrow, per table, in log order)──►
-           staged batch N (fsynced, renamed)
-           ──► ack {"staged": N}: the state may now record everything up to N
+    log events, READ batches ──(engine thread: collected per table, in log order)──►
+    checkpoint ──(stager thread: to Arrow, Parquet written, fsynced, renamed)──►
+           staged batch N ──► ack {"staged": N}: the state may now record everything up to N
     staged batches ──(lander thread: one landing per table for all waiting batches)──►
            changelog + current state ──► staged batch directories removed
 
@@ -17,10 +17,13 @@ Python object per row), pyarrow writes the staged files, and the landing reads t
   SNAPSHOT_QUIET_S: the lander holds its compaction until then (``Lander.hold_compaction``)
   and compacts it once the snapshot is over, when the lander is idle.
 
-* The stream does not wait for Spark: staging is local and takes milliseconds; Spark starts
-  and lands on its own thread. Backpressure: when more than ``max_staged_bytes`` are staged
-  and not yet landed, ``checkpoint`` waits for the lander (the engine then reads no further
-  log).
+* The stream does not wait for Spark, nor for staging: a checkpoint hands what it collected
+  to the stager thread and returns; the acknowledgement follows once the batch is fsynced.
+  (Staged on the engine thread, a second's worth of READ rows of a snapshot - 200k rows, a
+  Parquet write and an fsync - held the log up to 500 ms.) Checkpoints stage in order, one at
+  a time. Backpressure: when more than ``max_staged_bytes`` are staged and not yet landed, or
+  STAGE_AHEAD checkpoints wait to be staged, ``checkpoint`` waits (the engine then reads no
+  further log).
 * Durability: the state records a batch (``{"staged": N}``) only after its files are fsynced
   and renamed into place, so it never records what was not staged. On restart, batches staged
   after the recorded one are dropped (the log replays their events); batches up to it head
@@ -35,6 +38,7 @@ Python object per row), pyarrow writes the staged files, and the landing reads t
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -67,10 +71,16 @@ MAX_GROUP_BYTES = 256 * 1024 * 1024  # one landing takes at most this much stage
 # compaction waits until then (a snapshot's rows are compacted once, after it, instead of at
 # every step of the table's growth), and landings wait to take several batches at once.
 SNAPSHOT_QUIET_S = 5.0
+# Checkpoints handed to the stager and not yet staged, at most: bounds the memory of collected
+# rows when staging is slower than the stream.
+STAGE_AHEAD = 2
 
 # A table's part of the next staged batch, in log order: runs of log events (built into
 # Arrow row by row) and READ batches (Arrow already, cast column-wise).
 Piece = list[ChangeEvent] | ReadBatch
+# A table's part of one checkpoint: its pieces and its key columns (asked on the engine thread,
+# which owns the key bookkeeping).
+Staging = tuple[list[Piece], Sequence[str] | None]
 
 
 class SparkSinkError(RuntimeError):
@@ -101,7 +111,12 @@ class SparkSink:
         self._pending: dict[TableId, list[Piece]] = {}
         self._seq = 0
         self._checkpoint_id = 0
-        self._acks: list[Ack] = []
+        self._acks: list[Ack] = []  # under _cond: appended by the stager, taken by the engine
+        # Checkpoints for the stager, in order: (id, per table its pieces and key columns);
+        # None stops it. _unstaged counts those not yet staged (under _cond).
+        self._stage_queue: queue.Queue[tuple[int, dict[TableId, Staging]] | None] = queue.Queue()
+        self._unstaged = 0
+        self._stager: threading.Thread | None = None
         # Shared with the lander thread, under _cond.
         self._cond = threading.Condition()
         self._queue: list[StagedBatch] = []
@@ -182,6 +197,8 @@ class SparkSink:
         self._seq = recorded
         self._thread = threading.Thread(target=self._run_lander, name="lander", daemon=True)
         self._thread.start()
+        self._stager = threading.Thread(target=self._run_stager, name="stager", daemon=True)
+        self._stager.start()
 
     def write(self, items: Sequence[SinkItem]) -> None:
         self._check()
@@ -205,13 +222,18 @@ class SparkSink:
         self._check()
         if self._pending:
             self._wait_for_room()
-            self._stage()
+        pending, self._pending = self._pending, {}
+        work = {table: (pieces, self._key_columns(table)) for table, pieces in pending.items()}
         self._checkpoint_id += 1
-        self._acks.append(Ack(self._checkpoint_id, self._resume()))
+        with self._cond:
+            self._unstaged += 1
+        self._stage_queue.put((self._checkpoint_id, work))
         return self._checkpoint_id
 
     def acknowledged(self) -> list[Ack]:
-        acks, self._acks = self._acks, []
+        self._check()
+        with self._cond:
+            acks, self._acks = self._acks, []
         return acks
 
     def close(self) -> None:
@@ -221,6 +243,10 @@ class SparkSink:
             if self._failure is None:
                 self.checkpoint()
         finally:
+            if self._stager is not None:
+                self._stage_queue.put(None)
+                self._stager.join()
+                self._stager = None
             with self._cond:
                 self._closing = True
                 self._cond.notify_all()
@@ -266,12 +292,35 @@ class SparkSink:
                 )
         return schema
 
-    def _stage(self) -> None:
-        pending, self._pending = self._pending, {}
+    def _run_stager(self) -> None:
+        """Stages each checkpoint's rows, in order, then acknowledges it. After a failure it
+        stages nothing more (the engine stops at its next call, with the error)."""
+        while True:
+            job = self._stage_queue.get()
+            if job is None:
+                return
+            checkpoint_id, work = job
+            try:
+                if work and self._failure is None:
+                    self._stage(work)
+            except Exception as exc:
+                with self._cond:
+                    self._failure = self._failure or str(exc)
+                    self._unstaged -= 1
+                    self._cond.notify_all()
+                log.error("%s", exc)
+                continue
+            with self._cond:
+                self._unstaged -= 1
+                if self._failure is None:
+                    self._acks.append(Ack(checkpoint_id, self._resume()))
+                self._cond.notify_all()
+
+    def _stage(self, work: Mapping[TableId, Staging]) -> None:
+        """On the stager thread: one staged batch of a checkpoint's rows."""
         seq = self._seq + 1
         tables: list[tuple[TableId, Sequence[str], pa.Table]] = []
-        for table, pieces in pending.items():
-            keys = self._key_columns(table)
+        for table, (pieces, keys) in work.items():
             if not keys:
                 raise SparkSinkError(f"no key columns known for {table}: cannot land it")
             schema = self._schema(table, pieces)
@@ -294,7 +343,7 @@ class SparkSink:
         self._seq = seq
         now = time.monotonic()
         with self._cond:
-            for table, pieces in pending.items():
+            for table, (pieces, _) in work.items():
                 if any(isinstance(piece, ReadBatch) for piece in pieces):
                     self._read_at[table] = now
             self._queue.append(batch)
@@ -305,12 +354,16 @@ class SparkSink:
         with self._cond:
             waited = time.monotonic()
             warned = False
-            while self._staged_bytes > self._max_staged and self._failure is None:
+            while (
+                self._staged_bytes > self._max_staged or self._unstaged >= STAGE_AHEAD
+            ) and self._failure is None:
                 if not warned and time.monotonic() - waited > 5:
                     log.info(
-                        "%.0f MB staged and not yet landed (bound %.0f MB): waiting for Spark",
+                        "%.0f MB staged and not yet landed (bound %.0f MB), %d checkpoint(s) "
+                        "not yet staged: waiting",
                         self._staged_bytes / 1e6,
                         self._max_staged / 1e6,
+                        self._unstaged,
                     )
                     warned = True
                 self._cond.wait(1.0)
@@ -456,11 +509,23 @@ class SparkSink:
         except Exception as exc:
             log.warning("compacting the current state failed: %s", _first_line(exc))
 
+    def wait_staged(self, timeout: float | None = None) -> bool:
+        """Wait until every checkpoint so far is staged and acknowledged (tests, bench)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._unstaged and self._failure is None:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cond.wait(left)
+        self._check()
+        return True
+
     def wait_landed(self, timeout: float | None = None) -> bool:
         """Wait until everything staged so far is landed (tests, bench)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while (self._queue or self._landing) and self._failure is None:
+            while (self._unstaged or self._queue or self._landing) and self._failure is None:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False

@@ -21,7 +21,7 @@ def test_defaults() -> None:
     source = config.source
     assert source.topic_prefix == "shop"  # the database name
     assert (source.chunk_size, source.slot, source.publication) == (
-        4096,
+        32768,
         "snapshotter",
         "snapshotter",
     )

@@ -141,6 +141,7 @@ def test_log_events_and_read_batches_are_staged_per_table_in_log_order(tmp_path:
             ]
         )
         sink.checkpoint()
+        assert sink.wait_staged(10)  # staged on the sink's stager thread
         a = staged_rows(staging, A)
         b = staged_rows(staging, B)
     assert [(r["id"], r["name"], r["__op"]) for r in a] == [
@@ -169,9 +170,11 @@ def test_a_read_batch_with_a_column_the_catalog_lacks_describes_the_table_again(
     with held(lander):
         sink.write([log_event(A, 1, 10)])
         sink.checkpoint()  # described once
+        assert sink.wait_staged(10)
         schemas[A] = schema_of(A, "added")  # the column was added at the source since
         sink.write([read_batch(A, [2], 20, added=[5])])
         sink.checkpoint()
+        assert sink.wait_staged(10)
     assert sink.described == [A, A]  # type: ignore[attr-defined]
     sink.close()
 

@@ -98,6 +98,7 @@ def test_leftover_batches_land_first_while_the_stream_goes_on(tmp_path: Path) ->
     # and acknowledged while the leftovers still wait to land.
     sink.write([event(100, 1000)])
     sink.checkpoint()
+    assert sink.wait_staged(10)  # staged on the sink's stager thread, then acknowledged
     [ack] = sink.acknowledged()
     assert ack.resume["staged"] == 3
     assert lander.calls == []
@@ -134,8 +135,11 @@ def test_a_staging_directory_on_a_full_disk_is_named(tmp_path: Path) -> None:
     sink = sink_over(staging, lander, str(tmp_path / "lake"))
     sink.open(None)
     sink.write([event(1, 10)])
+    sink.checkpoint()  # staged on the stager thread: the error comes with the next call
     with pytest.raises(SparkSinkError) as info:
-        sink.checkpoint()
+        sink.wait_staged(10)
+    with pytest.raises(SparkSinkError):
+        sink.acknowledged()  # and stays: the engine stops at its next call
     message = str(info.value)
     assert f"no space left on the device holding the staging directory {tmp_path}/staging" in (
         message
