@@ -7,7 +7,9 @@ bounds, watermark inserts, chunk SELECTs) while the engine's thread keeps readin
 connection and statement guard) of its own, so that many chunk SELECTs run at once, each in
 its own window (``core.spans`` says why that is safe). The engine hands a worker one task at
 a time and learns the outcome from its results. Between tasks and while idle, the first
-worker also deletes watermark rows of finished windows (``snapshotter.signal_cleanup``).
+worker also deletes watermark rows of finished windows (``snapshotter.engine.signal_cleanup``).
+What the engine uses of the pool is ``WorkerPool``; a simulation passes a pool of its own
+(``Engine(start_workers=...)``) that runs the same tasks without threads.
 
 The ordering rules of a chunk live in ``_read_chunk``; each is stated where it is enforced.
 Tests run SQL between the steps through ``PhaseHooks`` (on whichever worker reads the chunk).
@@ -21,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from signals.model import WatermarkKind
 from signals.names import TableId
@@ -29,8 +32,8 @@ from snapshotter.core.spans import SpanRead, range_read_limit
 from snapshotter.core.visibility import ReadVisibility
 from snapshotter.core.window import ChunkWindow
 from snapshotter.dialects.base import Dialect, ReadCancelled, TableSchema, error_chain
+from snapshotter.engine.signal_cleanup import WatermarkCleanup
 from snapshotter.faults import failpoint
-from snapshotter.signal_cleanup import WatermarkCleanup
 
 log = logging.getLogger("snapshotter.chunks")
 
@@ -302,6 +305,40 @@ class ChunkWorker:
         dialect.write_watermark(window.watermark(WatermarkKind.CLOSE))
         _run(hooks.after_close, task)
         return ChunkRead(task, chunk.rows.num_rows, chunk.last_key, chunk.visibility)
+
+
+class WorkerPool(Protocol):
+    """What the engine uses of its chunk workers (``ChunkWorkers`` is the threaded one).
+    Called from the engine's thread only."""
+
+    def __len__(self) -> int: ...
+
+    @property
+    def busy(self) -> bool:
+        """Whether any task submitted is not yet answered."""
+        ...
+
+    @property
+    def idle(self) -> int:
+        """How many more tasks may be submitted now."""
+        ...
+
+    def submit(self, task: Task) -> None: ...
+
+    def poll(self) -> list[Result]:
+        """The answers (and news, ``ChunkBounded``) since the last poll, without waiting."""
+        ...
+
+    def cancel(self, matches: Callable[[Task], bool]) -> None:
+        """Cancel the running reads of the tasks that match (they answer ``cancelled``)."""
+        ...
+
+    def stop(self, timeout: float = 30.0) -> None: ...
+
+
+# Builds the pool: the engine's dialect and one more per extra worker, the phase hooks, the
+# watermark cleanup (run by the first worker). ``ChunkWorkers`` is one.
+StartWorkers = Callable[[list[Dialect], "PhaseHooks | None", "WatermarkCleanup | None"], WorkerPool]
 
 
 class ChunkWorkers:
