@@ -43,7 +43,7 @@ from snapshotter.engine.checkpointer import Checkpointer
 from snapshotter.engine.key_catalog import KeyCatalog
 from snapshotter.engine.outcome import RunOutcome
 from snapshotter.engine.retry import SourceRetry, SourceUnavailableError, server_of
-from snapshotter.engine.scheduler import Flight, Scheduler, TableRun
+from snapshotter.engine.scheduler import Flight, Scheduler, TableRun, random_window_id
 from snapshotter.engine.signal_actions import SignalActions, SignalContext
 from snapshotter.engine.signal_cleanup import WatermarkCleanup
 from snapshotter.engine.state_store import StateStore
@@ -95,11 +95,13 @@ class Engine:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         start_workers: StartWorkers | None = None,
+        new_window_id: Callable[[], str] | None = None,
     ) -> None:
         """``keys``: the catalog the sinks ask for key names (a new one if None).
         ``clock`` and ``sleep``: every time read and wait of the engine (a simulation passes
         its own). ``start_workers``: builds the chunk-worker pool (the threaded
-        ``ChunkWorkers`` if None)."""
+        ``ChunkWorkers`` if None). ``new_window_id``: the ids of chunk windows (random UUIDs
+        if None); a simulation passes its own, since they reach the signal table."""
         source = config.source
         self._source = source
         self._dialect = dialect
@@ -117,11 +119,17 @@ class Engine:
         self._clock = clock
         self._sleep = sleep
         self._start_workers: StartWorkers = start_workers or ChunkWorkers
+        self._workers: WorkerPool  # started by ``start``
+        self._reader: LogReader  # opened by ``start``
         self._signal_table = source.signal_table_id
         self.state = store.load()
         self.state.prune_history()  # a state file from before history was bounded
         self._outcome = RunOutcome()
-        self._scheduler = Scheduler(chunk_size=source.chunk_size, parallelism=self._parallelism)
+        self._scheduler = Scheduler(
+            chunk_size=source.chunk_size,
+            parallelism=self._parallelism,
+            new_window_id=new_window_id or random_window_id,
+        )
         self._keys = keys or KeyCatalog(dialect.describe, self._signal_table)
         self._keys.remember_surrogates(self.state.snapshots)
         self._history = RecentTransactions()
@@ -223,20 +231,22 @@ class Engine:
         Returns the exit code: 0 when every snapshot this run worked on is done, 2 when one
         failed, was stopped or is paused (the CLI's contract for ``--until-caught-up``).
         """
-        self.open()
+        reader = self.start()
         try:
             while True:
                 if should_stop is not None and should_stop():
                     self.finish_transaction()
                     break
-                if self.step(until_caught_up=until_caught_up):
+                if self.step(reader, until_caught_up=until_caught_up):
                     break
         finally:
             self.close()
         return self.exit_code()
 
-    def open(self) -> None:
-        """Open the sink and the log reader, and start the chunk workers (``run`` does)."""
+    def start(self) -> LogReader:
+        """What ``run`` does before its loop: open the sink (first checkpoint on a first
+        start), take up unfinished snapshots, open the log reader, start the chunk workers.
+        Returns the reader, for ``step``."""
         self._sink.open(self.state.sink or None)
         try:
             if not self.state.sink:
@@ -263,16 +273,15 @@ class Engine:
             if self._open_dialect
             else []
         )
-        self._workers: WorkerPool = self._start_workers(
-            [self._dialect, *extra], self._hooks, self._cleanup
-        )
+        self._workers = self._start_workers([self._dialect, *extra], self._hooks, self._cleanup)
+        return reader
 
-    def step(self, *, until_caught_up: bool = False) -> bool:
-        """One pass of the loop: read what the log has (waiting READ_TIMEOUT_S at most),
-        hand it to the sink, take the workers' answers, give them new tasks, checkpoint,
-        save acknowledged state. With ``until_caught_up``, whether the engine is caught up
-        (``run`` then stops); else False."""
-        for item in self._reader.read(READ_TIMEOUT_S):
+    def step(self, reader: LogReader, *, until_caught_up: bool = False) -> bool:
+        """One pass of ``run``'s loop: read what the log has (``reader``, from ``start``;
+        waiting READ_TIMEOUT_S at most), hand it to the sink, take the workers' answers,
+        give them new tasks, checkpoint, save acknowledged state. With ``until_caught_up``,
+        whether the engine is caught up (``run`` then stops); else False."""
+        for item in reader.read(READ_TIMEOUT_S):
             self._handle(item)
         self._flush_out()
         self._refresh_unfinished_keys()

@@ -55,7 +55,7 @@ class TableRun:
     reported: float = 0.0  # when progress was last logged
 
 
-def new_window_id() -> str:
+def random_window_id() -> str:
     return str(uuid.uuid4())
 
 
@@ -65,7 +65,7 @@ class Scheduler:
         *,
         chunk_size: int,
         parallelism: int,
-        new_window_id: Callable[[], str] = new_window_id,
+        new_window_id: Callable[[], str] = random_window_id,
     ) -> None:
         self._chunk_size = chunk_size
         self._parallelism = parallelism
