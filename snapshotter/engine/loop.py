@@ -130,7 +130,7 @@ class Engine:
             parallelism=self._parallelism,
             new_window_id=new_window_id or random_window_id,
         )
-        self._keys = keys or KeyCatalog(dialect.describe, self._signal_table)
+        self._keys = keys if keys is not None else KeyCatalog(dialect.describe, self._signal_table)
         self._keys.remember_surrogates(self.state.snapshots)
         self._history = RecentTransactions()
         # Only where a chunk's snapshot can miss a transaction logged before its open
