@@ -4,6 +4,8 @@
 - ``scheduler``: what the chunk workers read next (which table, which key range, windows in
   flight), apart from the reading;
 - ``workers``: the chunk workers that read beside the stream (the ordering rules of a chunk);
+- ``task_answers``: what a worker's answer changes (a table started, a span's end, a failure);
+- ``watermarks``: which watermark rows in the log the engine acts on (forged rows);
 - ``signal_actions``: what each user signal does, registered by its type;
 - ``retry``: outages of the source (backoff, when to give up);
 - ``key_catalog``: which columns key each table's events (for the decoder, windows, sinks);
