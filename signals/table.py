@@ -110,7 +110,7 @@ def read_signals(
     return [parse_signal(r.id, r.type, r.data) for r in conn.execute(query)]
 
 
-# --- watermark cleanup (snapshotter.signal_cleanup) -----------------------------------------
+# --- watermark cleanup (snapshotter.engine.signal_cleanup) ---------------------------------
 
 WATERMARK_TYPES = (SignalType.WINDOW_OPEN.value, SignalType.WINDOW_CLOSE.value)
 

@@ -25,9 +25,9 @@ from snapshotter.config import Config, ConfigError, load_config
 from snapshotter.connect import create_engine
 from snapshotter.core.state import StateError
 from snapshotter.dialects.base import TableError as TableErrorBase
+from snapshotter.engine.state_store import StateStore
 from snapshotter.errors import explain
 from snapshotter.redact import RedactingFilter, Redactor, mask_url, setting_secrets, url_secrets
-from snapshotter.state_store import StateStore
 
 if TYPE_CHECKING:
     from snapshotter.stream_position import ResetPlan
@@ -261,8 +261,8 @@ def cmd_reset_stream(args: argparse.Namespace) -> int:
     (MySQL) in the state, unfinished snapshots stopped; then snapshot the tables again."""
     from snapshotter import stream_position as sp
     from snapshotter.dialects.pg_setup import SetupError
+    from snapshotter.engine.state_store import StateLockedError
     from snapshotter.runner import open_dialect, state_path
-    from snapshotter.state_store import StateLockedError
 
     config = _config(args)
     engine = _connect(config)
@@ -342,8 +342,8 @@ def cmd_teardown(args: argparse.Namespace) -> int:
 
     from snapshotter import stream_position as sp
     from snapshotter.dialects.pg_setup import SetupError
+    from snapshotter.engine.state_store import StateLockedError
     from snapshotter.runner import state_path
-    from snapshotter.state_store import StateLockedError
 
     config = _config(args)
     source = config.source
@@ -529,12 +529,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = _config(args)
     if args.command == "resume":
         _announce_resume(config)
+    from snapshotter.engine.state_store import StateLockedError
     from snapshotter.logs.binlog_reader import BinlogReaderError
     from snapshotter.logs.pg_reader import LogReaderError
     from snapshotter.progress import live_progress
     from snapshotter.runner import StopFlag, run_engine
     from snapshotter.sinks.jsonl import JsonlSinkError
-    from snapshotter.state_store import StateLockedError
     from snapshotter.stream_position import StreamPositionLost
 
     stop = StopFlag()

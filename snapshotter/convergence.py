@@ -46,8 +46,8 @@ def tables_to_verify(config: Config, dialect: Dialect, names: Sequence[str]) -> 
 
 def snapshotted_tables(config: Config) -> list[TableId]:
     """Tables the saved state has snapshots of (none when there is no state)."""
+    from snapshotter.engine.state_store import StateStore
     from snapshotter.runner import state_path
-    from snapshotter.state_store import StateStore
 
     path = state_path(config)
     if not path.exists():
@@ -59,8 +59,8 @@ def surrogate_key(config: Config, table: TableId) -> tuple[str, ...] | None:
     """The surrogate key the engine keys ``table``'s events by (the state's last snapshot of
     it that names one and did not fail: the engine's own rule), or None."""
     from snapshotter.core.state import SnapshotStatus
+    from snapshotter.engine.state_store import StateStore
     from snapshotter.runner import state_path
-    from snapshotter.state_store import StateStore
 
     path = state_path(config)
     if not path.exists():

@@ -15,19 +15,19 @@ from typing import Any
 import sqlalchemy as sa
 
 from signals.names import TableId, parse_table_selector
-from snapshotter.chunk_worker import PhaseHooks
 from snapshotter.config import Config
 from snapshotter.connect import sqlalchemy_url
 from snapshotter.core.state import EngineState
 from snapshotter.dialects.base import Dialect
 from snapshotter.dialects.postgres import PostgresDialect
-from snapshotter.engine import Engine
+from snapshotter.engine import Engine, KeyCatalog
+from snapshotter.engine.state_store import StateStore
+from snapshotter.engine.workers import PhaseHooks
 from snapshotter.logs.base import LogReader
 from snapshotter.logs.pg_decoder import PgOutputDecoder
 from snapshotter.logs.pg_reader import PgLogReader
 from snapshotter.sinks.base import Sink
 from snapshotter.sinks.jsonl import JsonlSink
-from snapshotter.state_store import StateStore
 
 STATE_FILE = "state.json"
 
@@ -57,11 +57,8 @@ def build_engine(
     source = config.source
     dialect = open_dialect(config)
     store = store or StateStore(state_path(config))
-    holder: list[Engine] = []
-
-    def key_names(table: TableId) -> Sequence[str]:
-        return holder[0].key_names(table)
-
+    # Built first: the sinks ask it for key names, and the engine keeps it current.
+    keys = KeyCatalog(dialect.describe, source.signal_table_id)
     open_reader = (
         _binlog_reader_opener(config, dialect)
         if source.kind == "mysql"
@@ -71,14 +68,14 @@ def build_engine(
         config=config,
         dialect=dialect,
         open_reader=open_reader,
-        sink=sink or open_sink(config, dialect, key_names),
+        sink=sink or open_sink(config, dialect, keys.key_names),
         store=store,
+        keys=keys,
         hooks=hooks,
         on_progress=on_progress,
         # One more dialect (connection, statement guard) per extra chunk worker.
         open_dialect=lambda: open_dialect(config),
     )
-    holder.append(engine)
     return engine, store
 
 

@@ -383,7 +383,7 @@ def check_saved_position(config: Config, dialect: Dialect, state: EngineState) -
 def check_before_streaming(config: Config, dialect: Dialect, state_file: Path) -> None:
     """:func:`check_saved_position` against the state saved in ``state_file`` (what the
     engine resumes from), closing ``dialect`` when it raises: nothing else is open yet."""
-    from snapshotter.state_store import StateStore
+    from snapshotter.engine.state_store import StateStore
 
     try:
         check_saved_position(config, dialect, StateStore(state_file).load())

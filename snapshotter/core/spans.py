@@ -29,7 +29,7 @@ Why closed ranges read by overlapping windows are as correct as DBLog's one-at-a
    spans against the same bound value, so even a bound that no longer exists as a row (it was
    deleted since) or that is not a stored value at all leaves no key out and none twice.
 2. Each span is read entirely inside its own window, by the chunk rules of
-   ``snapshotter.chunk_worker``: one SELECT of every row with ``after < key <= upto`` under
+   ``snapshotter.engine.workers``: one SELECT of every row with ``after < key <= upto`` under
    the filter, in one transaction that begins after the window's open watermark committed and
    ends before its close watermark is written. Rows inserted into the range after its bound
    was found are read; rows deleted are not. So each key of the span has DBLog's guarantee

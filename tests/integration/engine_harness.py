@@ -21,11 +21,11 @@ import pymysql
 import sqlalchemy as sa
 
 from signals.names import TableId
-from snapshotter.chunk_worker import PhaseHooks
 from snapshotter.cli import main as cli_main
 from snapshotter.config import Config, load_config
 from snapshotter.convergence import check_table
 from snapshotter.dialects import pg_setup
+from snapshotter.engine.workers import PhaseHooks
 from snapshotter.runner import StopFlag, run_engine
 from snapshotter.verify import Verdict
 

@@ -38,9 +38,9 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from signals.names import TableId
-from snapshotter.chunk_worker import ChunkTask, PhaseHooks
 from snapshotter.dialects import pg_types
 from snapshotter.dialects.postgres import PostgresDialect
+from snapshotter.engine.workers import ChunkTask, PhaseHooks
 from snapshotter.verify import Verdict, compare, materialize, read_table_rows
 from tests.integration.engine_harness import Capture, CaptureFactory, EngineThread, mysql_connect
 from tests.integration.writer import KINDS, RandomWriter

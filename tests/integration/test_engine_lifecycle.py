@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from snapshotter.chunk_worker import ChunkTask, PhaseHooks
+from snapshotter.engine.workers import ChunkTask, PhaseHooks
 from snapshotter.logs.pg_reader import lsn_to_int
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from snapshotter.chunk_worker import ChunkTask, PhaseHooks
+from snapshotter.engine.workers import ChunkTask, PhaseHooks
 
 ROWS = 40  # chunk size 10: four chunks, the first holds ids 1..10
 

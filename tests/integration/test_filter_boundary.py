@@ -181,7 +181,7 @@ def test_a_filters_session_state_does_not_reach_later_reads(
         if task.table.table == "b" and not free_between:
             free_between.append(_lock_free(src, cap, lock, tag))
 
-    from snapshotter.chunk_worker import PhaseHooks
+    from snapshotter.engine.workers import PhaseHooks
 
     assert cap.run(hooks=PhaseHooks(before_open=before_b), timeout=60) == 0
     assert progress(cap, "a")["rows"] == 5

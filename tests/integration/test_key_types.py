@@ -47,8 +47,8 @@ import pytest
 import sqlalchemy as sa
 
 from signals.names import TableId
-from snapshotter.chunk_worker import ChunkTask, PhaseHooks
 from snapshotter.dialects import pg_setup
+from snapshotter.engine.workers import ChunkTask, PhaseHooks
 from snapshotter.verify import Verdict
 from tests.integration.engine_harness import Capture, mysql_connect
 from tests.integration.test_convergence import events, progress, wait_for

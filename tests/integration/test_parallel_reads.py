@@ -24,12 +24,12 @@ import pytest
 import sqlalchemy as sa
 
 from signals.names import TableId
-from snapshotter.chunk_worker import ChunkTask, PhaseHooks
 from snapshotter.core.keys import Key, decode_key, encode_key
 from snapshotter.core.spans import range_read_limit
 from snapshotter.dialects.base import ReadCancelled, TableSchema
 from snapshotter.dialects.mysql import MySqlDialect
 from snapshotter.dialects.postgres import PostgresDialect
+from snapshotter.engine.workers import ChunkTask, PhaseHooks
 from tests.integration.test_convergence import (
     assert_converged,
     progress,

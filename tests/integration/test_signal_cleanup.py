@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from snapshotter.chunk_worker import ChunkTask, PhaseHooks
+from snapshotter.engine.workers import ChunkTask, PhaseHooks
 from tests.integration.test_convergence import (
     REPO,
     Source,

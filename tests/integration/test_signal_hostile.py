@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from signals.plan import MAX_TABLES_PER_SIGNAL
-from snapshotter.chunk_worker import ChunkTask, PhaseHooks
 from snapshotter.cli import main as cli_main
 from snapshotter.core.state import MAX_FINISHED
+from snapshotter.engine.workers import ChunkTask, PhaseHooks
 from tests.integration.engine_harness import Capture, EngineThread
 from tests.integration.test_convergence import (
     BIG_KEY,

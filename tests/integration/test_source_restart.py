@@ -45,8 +45,9 @@ import pymysql
 import pytest
 import sqlalchemy as sa
 
-from snapshotter import engine as engine_module
-from snapshotter.chunk_worker import ChunkTask, PhaseHooks
+from snapshotter.engine import SourceUnavailableError
+from snapshotter.engine import retry as engine_retry
+from snapshotter.engine.workers import ChunkTask, PhaseHooks
 from snapshotter.logs import binlog_reader, pg_reader
 from snapshotter.logs.base import Change, Commit, LogItem
 from snapshotter.logs.binlog_reader import BinlogReaderError
@@ -393,7 +394,7 @@ def test_an_outage_past_the_bound_stops_the_engine_and_resume_converges(
     # Small bounds: the engine's retries of chunk reads and both log readers' reconnects.
     engine_bound = BOUND_S if first == "engine" else 3 * BOUND_S
     reader_bound = BOUND_S if first == "log reader" else 3 * BOUND_S
-    monkeypatch.setattr(engine_module, "SOURCE_RETRY_FOR_S", engine_bound)
+    monkeypatch.setattr(engine_retry, "SOURCE_RETRY_FOR_S", engine_bound)
     monkeypatch.setattr(pg_reader, "RECONNECT_FOR_S", reader_bound)
     monkeypatch.setattr(
         binlog_reader,
@@ -408,7 +409,7 @@ def test_an_outage_past_the_bound_stops_the_engine_and_resume_converges(
         cap.execute(qualified(cap, "items"))
         engine = cap.start(hooks=worker.hooks())
         wait_for(worker.killed.is_set, f"the kill in chunk {KILL_IN_CHUNK}", engine=engine)
-        expected: type[Exception] = engine_module.SourceUnavailableError
+        expected: type[Exception] = SourceUnavailableError
         if first == "log reader":
             expected = LogReaderError if r.source.name == "postgres" else BinlogReaderError
         with pytest.raises(expected) as stopped:

@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from snapshotter.chunk_worker import PhaseHooks
 from snapshotter.dialects import pg_setup
+from snapshotter.engine.workers import PhaseHooks
 from tests.integration.engine_harness import Capture, CaptureFactory, EngineThread, mysql_connect
 
 pytestmark = pytest.mark.integration

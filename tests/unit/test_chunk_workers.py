@@ -1,4 +1,4 @@
-"""The pool of chunk workers (``snapshotter.chunk_worker.ChunkWorkers``), without a server: a
+"""The pool of chunk workers (``snapshotter.engine.workers.ChunkWorkers``), without a server: a
 worker stays busy until its task's answer (a BOUND chunk's bound is news, not the answer),
 cancel and stop reach every worker's reads, and the pool closes the dialects it owns.
 The engine with real servers and several reads in flight is ``test_parallel_reads``."""
@@ -12,7 +12,11 @@ from typing import Any
 import pyarrow as pa
 
 from signals.names import TableId
-from snapshotter.chunk_worker import (
+from snapshotter.core.spans import SpanRead, range_read_limit
+from snapshotter.core.window import ChunkWindow
+from snapshotter.dialects.base import ChunkRead as Chunk
+from snapshotter.dialects.base import ColumnInfo, ReadCancelled, TableSchema
+from snapshotter.engine.workers import (
     ChunkBounded,
     ChunkRead,
     ChunkTask,
@@ -20,10 +24,6 @@ from snapshotter.chunk_worker import (
     Result,
     TaskFailed,
 )
-from snapshotter.core.spans import SpanRead, range_read_limit
-from snapshotter.core.window import ChunkWindow
-from snapshotter.dialects.base import ChunkRead as Chunk
-from snapshotter.dialects.base import ColumnInfo, ReadCancelled, TableSchema
 
 TABLE = TableId("s", "t")
 SCHEMA = TableSchema(TABLE, (ColumnInfo("id", "bigint", 20, False, pa.int64()),), ("id",))

@@ -139,7 +139,7 @@ def test_an_unexpected_error_says_how_to_see_more() -> None:
 
 
 def test_our_own_errors_are_said_as_they_are() -> None:
-    from snapshotter.state_store import StateLockedError
+    from snapshotter.engine.state_store import StateLockedError
 
     explained = explain(StateLockedError("state x is in use by another snapshotter process"))
     assert explained.expected and explained.text.startswith("state x is in use")

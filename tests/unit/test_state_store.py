@@ -13,7 +13,7 @@ import pytest
 from signals.names import TableId
 from snapshotter.core.position import Position
 from snapshotter.core.state import EngineState, StateError, StreamState, TableProgress
-from snapshotter.state_store import StateLockedError, StateStore
+from snapshotter.engine.state_store import StateLockedError, StateStore
 
 
 def sample() -> EngineState:
@@ -89,7 +89,7 @@ def test_a_bad_position_token_names_the_path(tmp_path: Path, field: str, value: 
 def test_a_second_process_cannot_take_the_lock(tmp_path: Path) -> None:
     path = tmp_path / "state.json"
     probe = (
-        "import sys; from snapshotter.state_store import StateStore, StateLockedError\n"
+        "import sys; from snapshotter.engine.state_store import StateStore, StateLockedError\n"
         "try:\n    StateStore(sys.argv[1]).__enter__()\nexcept StateLockedError as e:\n"
         "    print(e); sys.exit(3)\n"
     )

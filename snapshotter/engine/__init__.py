@@ -1,0 +1,36 @@
+"""The engine: the loop that streams the log, answers signals and runs DBLog chunk windows
+(``loop``), and its collaborators, one job each:
+
+- ``scheduler``: what the chunk workers read next (which table, which key range, windows in
+  flight), apart from the reading;
+- ``workers``: the chunk workers that read beside the stream (the ordering rules of a chunk);
+- ``task_answers``: what a worker's answer changes (a table started, a span's end, a failure);
+- ``watermarks``: which watermark rows in the log the engine acts on (forged rows);
+- ``signal_actions``: what each user signal does, registered by its type;
+- ``retry``: outages of the source (backoff, when to give up);
+- ``key_catalog``: which columns key each table's events (for the decoder, windows, sinks);
+- ``checkpointer``: checkpoints and the state saved once the sink acknowledges one;
+- ``caught_up``: when ``--until-caught-up`` may stop;
+- ``outcome``: the exit code;
+- ``signal_cleanup``: deleting the engine's own watermark rows;
+- ``state_store``: the state file (atomic replace, lock).
+"""
+
+from snapshotter.core.window import WindowPhase
+from snapshotter.engine.key_catalog import KeyCatalog
+from snapshotter.engine.loop import Engine, EngineStop, KeyColumns, OpenReader
+from snapshotter.engine.retry import SourceUnavailableError
+from snapshotter.engine.workers import PhaseHooks, StartWorkers, WorkerPool
+
+__all__ = [
+    "Engine",
+    "EngineStop",
+    "KeyCatalog",
+    "KeyColumns",
+    "OpenReader",
+    "PhaseHooks",
+    "SourceUnavailableError",
+    "StartWorkers",
+    "WindowPhase",
+    "WorkerPool",
+]

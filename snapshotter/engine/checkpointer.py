@@ -1,0 +1,134 @@
+"""Checkpoints: when the sink is asked to make everything so far durable, and which state is
+saved once it has.
+
+Checkpoints are taken only at transaction boundaries, so the state saved for an acknowledged
+checkpoint always names a point the log can restart from exactly: the sink is cut back to
+that checkpoint, and the log replays whatever followed it. The engine's loop tells the
+checkpointer where the log is (inside a transaction, or at a boundary with its resume point)
+and when something worth a checkpoint happened (``dirty``); the checkpointer keeps the state
+copy of each checkpoint until the sink acknowledges it, then saves it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from snapshotter.core.position import Position
+from snapshotter.core.state import EngineState
+from snapshotter.engine.state_store import StateStore
+from snapshotter.sinks.base import Sink
+
+# How long a first start waits for the sink to acknowledge its empty first checkpoint.
+FIRST_CHECKPOINT_S = 30.0
+FIRST_CHECKPOINT_POLL_S = 0.01
+
+
+@dataclass
+class _Pending:
+    state: EngineState
+    resume: Mapping[str, Any]
+
+
+class Checkpointer:
+    def __init__(
+        self,
+        *,
+        state: EngineState,
+        sink: Sink,
+        store: StateStore,
+        interval_s: float,
+        flush: Callable[[], None],
+        clock: Callable[[], float],
+        sleep: Callable[[float], None],
+    ) -> None:
+        self._state = state
+        self._sink = sink
+        self._store = store
+        self._interval = interval_s
+        self._flush = flush  # hands the events on their way to the sink over first
+        self._clock = clock
+        self._sleep = sleep
+        self._pending: dict[int, _Pending] = {}
+        self._last = 0.0
+        self.dirty = False  # something worth a checkpoint happened since the last one
+        self.in_txn = False  # a transaction's changes are being handed over
+        self.boundary: Mapping[str, Any] | None = None  # resume point of the last txn end
+        self.boundary_offset = 0  # its log offset
+
+    def at_boundary(self, resume: Mapping[str, Any], log_offset: int) -> None:
+        """The log is at a transaction boundary it can restart from (``resume``)."""
+        self.boundary = resume
+        self.boundary_offset = log_offset
+        self.dirty = True
+
+    def due(self) -> bool:
+        return self._clock() - self._last >= self._interval
+
+    def may_checkpoint(self) -> bool:
+        """Whether a checkpoint may be taken now: at a boundary, outside a transaction."""
+        return self.boundary is not None and not self.in_txn
+
+    def maybe_checkpoint(self) -> None:
+        if self.dirty and self.may_checkpoint() and self.due():
+            self.checkpoint()
+
+    def checkpoint(self) -> None:
+        """Ask the sink to make everything so far durable; keep the state that goes with it.
+
+        Only called at a transaction boundary (after a Commit or an idle Progress), so the
+        state's stream position and the sink's content describe the same point."""
+        assert self.boundary is not None
+        snapshot = self._state.model_copy(deep=True)
+        self._flush()
+        checkpoint = self._sink.checkpoint()
+        self._pending[checkpoint] = _Pending(snapshot, dict(self.boundary))
+        self._last = self._clock()
+        self.dirty = False
+
+    def final_checkpoint(self) -> None:
+        """At shutdown: checkpoint at the last transaction boundary, if anything is new.
+        Never mid-transaction: the saved state must describe a point the log can restart
+        from exactly (the sink is cut back to it on the next start)."""
+        if self.dirty and self.may_checkpoint():
+            self.checkpoint()
+
+    def newest(self) -> int:
+        """The newest pending checkpoint (0: none)."""
+        return max(self._pending, default=0)
+
+    def pending(self, checkpoint: int) -> bool:
+        return checkpoint in self._pending
+
+    def collect_acks(self, confirm: Callable[[Mapping[str, Any]], None]) -> None:
+        """Save the state of the newest acknowledged checkpoint; ``confirm`` its resume point
+        to the log (which may then free what comes before it)."""
+        newest: _Pending | None = None
+        for ack in self._sink.acknowledged():
+            pending = self._pending.pop(ack.checkpoint, None)
+            if pending is None:
+                continue
+            pending.state.sink = dict(ack.resume)
+            newest = pending
+        if newest is None:
+            return
+        if newest.state.stream.position:
+            newest.state.prune_processed(Position.from_token(newest.state.stream.position))
+        self._store.save(newest.state)
+        confirm(newest.resume)
+
+    def save_first(self) -> None:
+        """On a first start, save state naming the empty sink before writing anything: a
+        crash before the first regular checkpoint then leaves state that cuts the sink back
+        to nothing (else the next start would find output no state accounts for)."""
+        checkpoint = self._sink.checkpoint()
+        deadline = self._clock() + FIRST_CHECKPOINT_S
+        while not self._state.sink and self._clock() < deadline:
+            for ack in self._sink.acknowledged():
+                if ack.checkpoint == checkpoint:
+                    self._state.sink = dict(ack.resume)
+            if not self._state.sink:
+                self._sleep(FIRST_CHECKPOINT_POLL_S)
+        if self._state.sink:
+            self._store.save(self._state)

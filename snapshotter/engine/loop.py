@@ -1,0 +1,629 @@
+"""The engine: stream the log all the time, answer signals, run DBLog chunk windows.
+
+One thread (the caller's) reads the log and does everything that touches state, windows and
+the sink, in log order. The chunk workers (``engine.workers``, ``[source] read_parallelism``
+of them) do the snapshot side's database calls beside it, so the stream never waits for a
+chunk SELECT; which key range each chunk reads, and what progress records, is
+``core.spans``. Data flows one way:
+
+    log items ──► windows (drop keys) ──► sink ──(acknowledged checkpoint)──► state file
+    chunk rows ─┘ (READ rows at the close watermark, before any later log event)
+
+This module holds the loop, the dispatch of log items, and the output barrier (a window's
+rows go to the sink at its close watermark, before any later log item). Its collaborators
+each hold one job: ``scheduler`` (what to read next), ``task_answers`` (what a worker's
+answer changes), ``watermarks`` (which watermark rows to act on), ``signal_actions`` (what
+a signal does), ``retry`` (source outages), ``key_catalog`` (which columns key each table's
+events), ``checkpointer`` (checkpoints and the state saved with them), ``caught_up``
+(``--until-caught-up``), ``outcome`` (the exit code).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from signals import SignalError, Watermark, parse_signal
+from signals.display import EscapeControls
+from signals.names import TableId, TableSelector, parse_table_selector
+from signals.plan import Selectors
+from snapshotter.config import Config
+from snapshotter.core.events import ChangeEvent, Op
+from snapshotter.core.keys import Key
+from snapshotter.core.position import Position
+from snapshotter.core.state import EngineState, SignalProblem, SnapshotStatus
+from snapshotter.core.visibility import RecentTransactions
+from snapshotter.core.window import WindowOrderError
+from snapshotter.dialects.base import Dialect
+from snapshotter.engine.caught_up import CaughtUp
+from snapshotter.engine.checkpointer import Checkpointer
+from snapshotter.engine.key_catalog import KeyCatalog
+from snapshotter.engine.outcome import RunOutcome
+from snapshotter.engine.retry import SourceRetry, SourceUnavailableError, server_of
+from snapshotter.engine.scheduler import Flight, Scheduler, TableRun, random_window_id
+from snapshotter.engine.signal_actions import SignalActions, SignalContext
+from snapshotter.engine.signal_cleanup import WatermarkCleanup
+from snapshotter.engine.state_store import StateStore
+from snapshotter.engine.task_answers import TaskAnswers
+from snapshotter.engine.watermarks import WatermarkRows
+from snapshotter.engine.workers import (
+    ChunkTask,
+    ChunkWorkers,
+    PhaseHooks,
+    StartWorkers,
+    WorkerPool,
+)
+from snapshotter.faults import failpoint
+from snapshotter.logs.base import Change, Commit, LogItem, LogReader, Notice, Progress, TableShape
+from snapshotter.sinks.base import Sink, SinkItem
+
+log = logging.getLogger("snapshotter.engine")
+# Log lines carry text from signal rows (ids, messages, table names, filters): escaped, so
+# that none can forge or hide a line (signals.display).
+log.addFilter(EscapeControls())
+logging.getLogger("snapshotter.chunks").addFilter(EscapeControls())
+
+KeyColumns = Callable[[TableId], Sequence[str] | None]
+OpenReader = Callable[[Mapping[str, Any], KeyColumns], LogReader]
+
+READ_TIMEOUT_S = 0.05
+REPORT_INTERVAL_S = 5.0
+FINISH_TRANSACTION_S = 30.0  # how long a stop reads on to the end of a transaction
+
+
+class EngineStop(Exception):
+    """Raised by a stop callback to end ``run`` cleanly (state saved)."""
+
+
+class Engine:
+    def __init__(
+        self,
+        *,
+        config: Config,
+        dialect: Dialect,
+        open_reader: OpenReader,
+        sink: Sink,
+        store: StateStore,
+        hooks: PhaseHooks | None = None,
+        on_progress: Callable[[EngineState], None] | None = None,
+        retry_for: float | None = None,
+        open_dialect: Callable[[], Dialect] | None = None,
+        keys: KeyCatalog | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        start_workers: StartWorkers | None = None,
+        new_window_id: Callable[[], str] | None = None,
+    ) -> None:
+        """``keys``: the catalog the sinks ask for key names (a new one if None).
+        ``clock`` and ``sleep``: every time read and wait of the engine (a simulation passes
+        its own). ``start_workers``: builds the chunk-worker pool (the threaded
+        ``ChunkWorkers`` if None). ``new_window_id``: the ids of chunk windows (random UUIDs
+        if None); a simulation passes its own, since they reach the signal table."""
+        source = config.source
+        self._source = source
+        self._dialect = dialect
+        # A dialect of its own (connection, statement guard) for each chunk worker but the
+        # first, which uses ``dialect``: needed when read_parallelism > 1.
+        self._open_dialect = open_dialect
+        self._parallelism = source.read_parallelism
+        if self._parallelism > 1 and open_dialect is None:
+            raise ValueError("read_parallelism > 1 needs open_dialect for the other workers")
+        self._open_reader = open_reader
+        self._sink = sink
+        self._store = store
+        self._hooks = hooks
+        self._on_progress = on_progress
+        self._clock = clock
+        self._sleep = sleep
+        self._start_workers: StartWorkers = start_workers or ChunkWorkers
+        self._workers: WorkerPool  # started by ``start``
+        self._reader: LogReader  # opened by ``start``
+        self._signal_table = source.signal_table_id
+        self.state = store.load()
+        self.state.prune_history()  # a state file from before history was bounded
+        self._outcome = RunOutcome()
+        self._scheduler = Scheduler(
+            chunk_size=source.chunk_size,
+            parallelism=self._parallelism,
+            new_window_id=new_window_id or random_window_id,
+        )
+        self._keys = keys if keys is not None else KeyCatalog(dialect.describe, self._signal_table)
+        self._keys.remember_surrogates(self.state.snapshots)
+        self._history = RecentTransactions()
+        # Only where a chunk's snapshot can miss a transaction logged before its open
+        # watermark (PostgreSQL); MySQL commits in binlog order, so the log order suffices.
+        self._keep_history = not dialect.commits_visible_in_log_order
+        # Events on their way to the sink, in order; written in batches (one call per read).
+        self._out: list[SinkItem] = []
+        self._saved_position = (
+            Position.from_token(self.state.stream.position) if self.state.stream.position else None
+        )
+        self._checkpoints = Checkpointer(
+            state=self.state,
+            sink=sink,
+            store=store,
+            interval_s=config.state.checkpoint_interval_ms / 1000,
+            flush=self._flush_out,
+            clock=clock,
+            sleep=sleep,
+        )
+        # Transient source failures of the snapshot side (engine.retry).
+        self._retry = SourceRetry(
+            server=server_of(source.url), retry_for=retry_for, clock=clock, sleep=sleep
+        )
+        self._caught_up = CaughtUp(
+            log_end=lambda: self._dialect.log_end(),
+            is_transient=lambda exc: self._dialect.is_transient(exc),
+            retry=self._retry,
+            checkpoints=self._checkpoints,
+            clock=clock,
+        )
+        # Deletes the watermark rows of windows that are over (signal_cleanup).
+        self._cleanup = (
+            WatermarkCleanup(dialect, self._signal_table, source.signal_cleanup_batch, sweep=True)
+            if source.signal_cleanup
+            else None
+        )
+        self._answers = TaskAnswers(
+            state=self.state,
+            scheduler=self._scheduler,
+            keys=self._keys,
+            retry=self._retry,
+            checkpoints=self._checkpoints,
+            row_converter=lambda schema: self._dialect.row_converter(schema),
+            fail=self._fail,
+            window_over=self._window_over,
+        )
+        self._watermarks = WatermarkRows(
+            state=self.state,
+            scheduler=self._scheduler,
+            problem=self._problem,
+            fail=self._fail,
+            window_over=self._window_over,
+            signal_table=self._signal_table,
+        )
+        self._actions = SignalActions.default(self._signal_context())
+
+    @property
+    def keys(self) -> KeyCatalog:
+        return self._keys
+
+    @property
+    def retried_tasks(self) -> int:
+        """Tasks submitted again after a transient failure (this run)."""
+        return self._retry.retried_tasks
+
+    def _signal_context(self) -> SignalContext:
+        """What the signal actions may read and do."""
+        source = self._source
+        patterns: list[TableSelector] = [
+            _default_schema(parse_table_selector(t), source.default_schema) for t in source.tables
+        ]
+        return SignalContext(
+            state=self.state,
+            outcome=self._outcome,
+            problem=self._problem,
+            list_tables=lambda: self._retry.wait_out(
+                "listing tables for execute-snapshot",
+                self._dialect.list_tables,
+                self._dialect.is_transient,
+            ),
+            relation_kinds=self._relation_kinds,
+            drop_run=self._scheduler.drop_run,
+            cancel_tasks=lambda matches: self._workers.cancel(matches),
+            snapshots_added=self._refresh_unfinished_keys,
+            captured=Selectors(patterns, source.default_schema),
+            captured_text=repr(source.tables),
+            signal_table=self._signal_table,
+            default_schema=source.default_schema,
+        )
+
+    # ---------------------------------------------------------------- running
+
+    def run(
+        self, *, until_caught_up: bool = False, should_stop: Callable[[], bool] | None = None
+    ) -> int:
+        """Stream until ``should_stop`` (or, with ``until_caught_up``, until caught up).
+
+        Returns the exit code: 0 when every snapshot this run worked on is done, 2 when one
+        failed, was stopped or is paused (the CLI's contract for ``--until-caught-up``).
+        """
+        reader = self.start()
+        try:
+            while True:
+                if should_stop is not None and should_stop():
+                    self.finish_transaction()
+                    break
+                if self.step(reader, until_caught_up=until_caught_up):
+                    break
+        finally:
+            self.close()
+        return self.exit_code()
+
+    def start(self) -> LogReader:
+        """What ``run`` does before its loop: open the sink (first checkpoint on a first
+        start), take up unfinished snapshots, open the log reader, start the chunk workers.
+        Returns the reader, for ``step``."""
+        self._sink.open(self.state.sink or None)
+        try:
+            if not self.state.sink:
+                self._checkpoints.save_first()
+            self._resume_unfinished()
+            self._refresh_unfinished_keys()
+            reader = self._open_reader(self.state.stream.resume, self._keys.primary_key)
+        except BaseException:
+            # Nothing was written: release the sink (its threads, a Spark session) and go.
+            with contextlib.suppress(Exception):
+                self._sink.close()
+            self._dialect.close()
+            raise
+        self._reader = reader
+        start = getattr(reader, "start_resume", None)
+        if start and not self.state.stream.resume:
+            # Where a stream without a saved position began (a binlog end, when `init` did
+            # not save one): saved now, so a crash before the first checkpoint restarts there
+            # and not at a later end, which would skip what came in between.
+            self.state.stream.resume = dict(start)
+            self._store.save(self.state)
+        extra = (
+            [self._open_dialect() for _ in range(self._parallelism - 1)]
+            if self._open_dialect
+            else []
+        )
+        self._workers = self._start_workers([self._dialect, *extra], self._hooks, self._cleanup)
+        return reader
+
+    def step(self, reader: LogReader, *, until_caught_up: bool = False) -> bool:
+        """One pass of ``run``'s loop: read what the log has (``reader``, from ``start``;
+        waiting READ_TIMEOUT_S at most), hand it to the sink, take the workers' answers,
+        give them new tasks, checkpoint, save acknowledged state. With ``until_caught_up``,
+        whether the engine is caught up (``run`` then stops); else False."""
+        for item in reader.read(READ_TIMEOUT_S):
+            self._handle(item)
+        self._flush_out()
+        self._refresh_unfinished_keys()
+        for result in self._workers.poll():
+            self._answers.answered(result)
+        self._schedule()
+        self._checkpoints.maybe_checkpoint()
+        self._collect_acks()
+        return until_caught_up and self._is_caught_up()
+
+    def finish_transaction(self, timeout: float = FINISH_TRANSACTION_S) -> None:
+        """Read on to the end of the transaction being handed over, so the final checkpoint
+        falls on a boundary (the rest of it is already on its way: the log sends committed
+        transactions only)."""
+        deadline = self._clock() + timeout
+        while self._checkpoints.in_txn and self._clock() < deadline:
+            for item in self._reader.read(READ_TIMEOUT_S):
+                self._handle(item)
+
+    def close(self) -> None:
+        """Stop the workers; checkpoint at the last transaction boundary, wait for the sink,
+        save state; close the reader and the dialect."""
+        self._workers.stop()
+        try:
+            self._checkpoints.final_checkpoint()
+            self._sink.close()
+            self._collect_acks()
+        finally:
+            self._reader.close()
+            self._dialect.close()
+
+    def exit_code(self) -> int:
+        return self._outcome.exit_code(self.state)
+
+    def _resume_unfinished(self) -> None:
+        for progress in self.state.snapshots:
+            if not progress.status.finished:
+                self._outcome.touch(progress.signal_id)
+                log.info(
+                    "resuming snapshot of %s (%s) after key %s",
+                    progress.table,
+                    progress.status.value,
+                    progress.last_read_key,
+                )
+
+    def _flush_out(self) -> None:
+        if self._out:
+            self._sink.write(self._out)
+            self._out = []
+
+    def _collect_acks(self) -> None:
+        self._checkpoints.collect_acks(self._reader.confirm)
+
+    def _refresh_unfinished_keys(self) -> None:
+        self._keys.refresh_unfinished(self.state.snapshots)
+
+    def _is_caught_up(self) -> bool:
+        settled = (
+            self.state.active() is None
+            and not self._scheduler.has_windows
+            and not self._workers.busy
+        )
+        return self._caught_up.check(settled=settled, reader=self._reader)
+
+    # ---------------------------------------------------------------- log items
+
+    def _handle(self, item: LogItem) -> None:
+        if isinstance(item, Change):
+            self._on_change(item)
+        elif isinstance(item, Commit):
+            self._on_commit(item)
+        elif isinstance(item, TableShape):
+            self._on_shape(item)
+        elif isinstance(item, Progress):
+            self._on_log_progress(item)
+        elif isinstance(item, Notice):
+            log.warning("%s%s", f"{item.table}: " if item.table else "", item.message)
+
+    def _replayed(self, position: Position) -> bool:
+        # After a restart the log resends from the slot's confirmed point, which may be
+        # before what state saved: skip what the sink already has.
+        return self._saved_position is not None and position <= self._saved_position
+
+    def _on_change(self, change: Change) -> None:
+        event = change.event
+        self._checkpoints.in_txn = True
+        if event.table != self._signal_table and self._keep_history:
+            # Always, replayed changes included: a chunk's snapshot may miss a transaction
+            # logged long before its open watermark (core.visibility).
+            self._history.touch(change.xid, event.table, self._keys.window_keys(event))
+        if self._replayed(event.position):
+            return
+        if event.table == self._signal_table:
+            if event.op is Op.CREATE and event.after is not None:
+                self._on_signal_row(event)
+            return
+        for flight in self._scheduler.flights_of(event.table):
+            try:
+                flight.task.window.observe(event)
+            except ValueError as exc:  # WindowKeyError: the log's key does not fit the chunk's
+                progress = self.state.progress(event.table)
+                if progress is not None:
+                    self._fail(self._scheduler.run_of(progress), str(exc))
+        self._out.append(self._keys.rekeyed(event))
+
+    def _on_commit(self, commit: Commit) -> None:
+        self._checkpoints.in_txn = False
+        self._history.commit(commit.xid, commit.position)
+        if self._replayed(commit.position):
+            return
+        self._checkpoints.at_boundary(commit.resume, commit.log_offset)
+        self.state.stream.position = commit.position.token
+        self.state.stream.resume = dict(commit.resume)
+        if self._checkpoints.due():
+            self._checkpoints.checkpoint()
+
+    def _on_log_progress(self, progress: Progress) -> None:
+        self._checkpoints.in_txn = False
+        if progress.log_offset <= self._checkpoints.boundary_offset:
+            return
+        # Idle log (or traffic only in tables we do not capture): move the restart point on,
+        # so the slot is confirmed and the database can free WAL.
+        self._checkpoints.at_boundary(progress.resume, progress.log_offset)
+        self.state.stream.resume = dict(progress.resume)
+
+    def _on_shape(self, shape: TableShape) -> None:
+        previous = self._keys.shape_seen(shape)
+        for run in self._scheduler.runs():
+            if run.progress.table != shape.table or run.schema is None:
+                continue
+            if run.progress.status.finished:
+                continue
+            if shape.columns != run.schema.signature():
+                self._fail(
+                    run,
+                    "the table's columns changed while its snapshot ran "
+                    f"({_shape_change(run.schema.signature(), shape.columns)}); chunk rows "
+                    "would no longer match the log's. Send execute-snapshot again to "
+                    "snapshot it with its new columns",
+                )
+        if previous is not None and previous.columns != shape.columns:
+            log.info("%s: columns changed in the log", shape.table)
+
+    # ---------------------------------------------------------------- signal rows
+
+    def _on_signal_row(self, event: ChangeEvent) -> None:
+        row = event.after or {}
+        signal = parse_signal(
+            row.get("id"),
+            row.get("type"),
+            row.get("data"),
+            dollar_quotes=self._dialect.dollar_quotes,
+        )
+        if isinstance(signal, Watermark):
+            self._on_watermark(signal, event)
+            return
+        if isinstance(signal, SignalError):
+            self._problem(signal.signal_id, signal.signal_type, signal.problem, event.position)
+            return
+        if self.state.was_processed(signal.id, event.position):
+            return
+        self.state.mark_processed(signal.id, event.position)
+        self._checkpoints.dirty = True
+        log.info("signal %s (%s) received", signal.id, signal.type.value)
+        try:
+            self._actions.dispatch(signal, event.position)
+        except SourceUnavailableError:
+            raise  # the engine stops with state saved; the signal is read again on resume
+        except Exception as exc:
+            # A bug met by one signal must not end the stream: the same row would be read
+            # again, and end it again, after every restart.
+            log.exception("signal %s could not be handled", signal.id)
+            self._problem(signal.id, signal.type.value, f"internal error: {exc!r}", event.position)
+
+    def _problem(
+        self,
+        signal_id: str,
+        kind: str,
+        message: str,
+        position: Position,
+        level: int = logging.ERROR,
+    ) -> None:
+        """A signal the engine cannot act on (fully or in part): logged and kept in state for
+        ``status``; the stream goes on."""
+        log.log(level, "signal %s (%s): %s", signal_id, kind, message)
+        self.state.add_problem(
+            SignalProblem(
+                signal_id=signal_id, signal_type=kind, message=message, position=position.token
+            )
+        )
+        self._checkpoints.dirty = True
+
+    def _relation_kinds(self, tables: Sequence[TableId]) -> Mapping[TableId, str]:
+        """Why names the listing lacks are not tables (a view, ...): only for the message,
+        so a failure here leaves the plain "does not exist"."""
+        try:
+            return self._dialect.relation_kinds(tables)
+        except Exception:
+            log.debug("could not look up the kinds of %d relations", len(tables), exc_info=True)
+            return {}
+
+    # ---------------------------------------------------------------- tasks
+
+    def _schedule(self) -> None:
+        """Give idle workers their next tasks: start the active table, or read its next
+        spans (several at once with read_parallelism > 1, each in its own window)."""
+        if self._retry.waiting():
+            return
+        while self._workers.idle:
+            task = self._scheduler.next_task(self.state.active())
+            if task is None:
+                return
+            if isinstance(task, ChunkTask) and self._cleanup is not None:
+                self._cleanup.opened(task.window.window_id)
+            self._workers.submit(task)
+
+    def _fail(self, run: TableRun, error: str) -> None:
+        if not run.progress.status.finished:
+            run.progress.fail(error)
+        self._checkpoints.dirty = True
+        self._scheduler.drop_run(run.progress)
+        log.error("snapshot of %s failed: %s", run.progress.table, error)
+
+    # ---------------------------------------------------------------- windows
+
+    def _window_over(self, window_id: str) -> None:
+        """The window's watermark rows may go from the signal table: nothing needs them
+        (the engine sees watermarks in the log, never in the table; signal_cleanup)."""
+        if self._cleanup is not None:
+            self._cleanup.finished(window_id)
+
+    def _on_watermark(self, watermark: Watermark, event: ChangeEvent) -> None:
+        flight = self._watermarks.arrived(watermark, event.position)
+        if flight is not None:  # the window's own close row
+            self._close(flight, event)
+            # Both rows of the window are in the log now (the open committed first).
+            self._window_over(watermark.window_id)
+
+    def _close(self, flight: Flight, event: ChangeEvent) -> None:
+        task, window = flight.task, flight.task.window
+        progress = self.state.progress(task.table)
+        self._scheduler.closing(window.window_id)
+        if progress is None or progress.signal_id != task.signal_id or progress.status.finished:
+            return
+        run = self._scheduler.run_of(progress)
+        self._scheduler.leave(run, window.window_id)
+        stale: set[Key] | None = None
+        if window.visibility is not None and window.opened_at is not None:
+            # Rule 4 (PostgreSQL): transactions logged before the open watermark that the
+            # chunk's snapshot did not see made some chunk rows stale: drop those keys.
+            stale = self._history.stale_keys(task.table, window.visibility, window.opened_at)
+            self._history.prune(window.visibility)
+            if stale is None:
+                log.info("chunk %d of %s: re-read (history too short)", task.number, task.table)
+                self._scheduler.read_again(run, window.window_id)
+                return
+        try:
+            if stale:
+                window.drop(stale)
+            batch = window.close(event.position)
+        except (ValueError, WindowOrderError) as exc:  # WindowKeyError: log keys that do not
+            # fit the chunk's; an ordering error (a bug): that snapshot fails, not the engine
+            self._fail(run, str(exc))
+            return
+        # Keep the workers busy: hand them the next chunks before building this one's events.
+        # (This also takes in the span's bound or read answer, if the log was faster: both
+        # were sent before the close watermark was written.)
+        for result in self._workers.poll():
+            self._answers.answered(result)
+        if progress.status.finished:
+            return  # the next chunk's failure (or a stop) just ended this snapshot
+        self._schedule()
+        failpoint("window.close")
+        # Rule 5: the close watermark is an output barrier: the survivors go to the sink now,
+        # before the engine handles any log item after the watermark.
+        self._out.append(batch.stamped(event.source, _now_ms(), run.convert))
+        assert run.plan is not None
+        # Progress moves over the spans at the head of the plan whose batches are all out
+        # (core.spans, 6.): none, when an earlier span is still being read.
+        for done in run.plan.closed(
+            window.window_id,
+            selected=batch.selected,
+            emitted=batch.rows.num_rows,
+            last_key=batch.last_key,
+        ):
+            progress.chunk_done(
+                last_key=done.last_key,
+                selected=done.selected,
+                emitted=done.emitted,
+                chunk_size=task.limit,
+                final=done.final,
+            )
+        self._checkpoints.dirty = True
+        log.debug(
+            "chunk %d of %s: close watermark seen, %d emitted, %d dropped by the log",
+            task.number,
+            task.table,
+            batch.rows.num_rows,
+            batch.dropped,
+        )
+        now = self._clock()
+        if now - run.reported >= REPORT_INTERVAL_S and progress.status is not SnapshotStatus.DONE:
+            run.reported = now
+            log.info(
+                "snapshot of %s: %d chunks, %d rows, next after key %s",
+                task.table,
+                progress.chunk_id,
+                progress.rows_emitted,
+                progress.last_read_key,
+            )
+        if progress.status is SnapshotStatus.DONE:
+            log.info(
+                "snapshot of %s done: %d rows in %d chunks",
+                task.table,
+                progress.rows_emitted,
+                progress.chunk_id,
+            )
+            self._scheduler.drop_run(progress)
+        if self._on_progress is not None:
+            self._on_progress(self.state)
+
+
+def _default_schema(selector: TableSelector, schema: str) -> TableSelector:
+    return selector.with_default_schema(schema) if isinstance(selector, TableId) else selector
+
+
+def _shape_change(old: Sequence[tuple[str, int]], new: Sequence[tuple[str, int]]) -> str:
+    old_names, new_names = [n for n, _ in old], [n for n, _ in new]
+    parts = []
+    added = [n for n in new_names if n not in old_names]
+    removed = [n for n in old_names if n not in new_names]
+    if added:
+        parts.append("added " + ", ".join(added))
+    if removed:
+        parts.append("removed " + ", ".join(removed))
+    if not parts:
+        parts.append("column types changed")
+    return "; ".join(parts)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+__all__ = ["Engine", "EngineStop", "KeyColumns", "OpenReader"]
