@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from signals.model import WatermarkKind
 from signals.names import TableId
@@ -127,6 +128,36 @@ Task = StartTask | ChunkTask
 THREAD_NAME = "snapshotter-chunks"  # the first worker's; the others' end in -2, -3, ...
 
 
+class WorkerPool(Protocol):
+    """What the engine uses of its chunk workers: ``ChunkWorkers`` (threads), or a test's
+    pool that runs each task when it chooses (tests/sim)."""
+
+    def __len__(self) -> int: ...
+
+    @property
+    def busy(self) -> bool:
+        """Whether a task was submitted whose answer ``poll`` has not returned yet."""
+        ...
+
+    @property
+    def idle(self) -> int:
+        """Workers without a task."""
+        ...
+
+    def submit(self, task: Task) -> None: ...
+
+    def poll(self) -> list[Result]: ...
+
+    def cancel(self, matches: Callable[[Task], bool]) -> None: ...
+
+    def stop(self, timeout: float = 30.0) -> None: ...
+
+
+# Builds the pool from one dialect per worker (the engine's first), the phase hooks and the
+# watermark cleanup (run by the first worker); ``ChunkWorkers`` is one.
+StartWorkers = Callable[[list[Dialect], PhaseHooks | None, WatermarkCleanup | None], WorkerPool]
+
+
 class ChunkWorker:
     def __init__(
         self,
@@ -212,22 +243,7 @@ class ChunkWorker:
                 self.results.put(TaskFailed(task, stopping, cancelled=True))
                 continue
             try:
-                if isinstance(task, StartTask):
-                    self.results.put(self._start(task))
-                else:
-                    self.results.put(self._read_chunk(task))
-            except Exception as exc:  # reported to the engine: it retries or fails that table
-                log.debug("task for %s failed", task.table, exc_info=True)
-                if any(isinstance(e, ReadCancelled) for e in error_chain(exc)):
-                    self.results.put(TaskFailed(task, _describe(exc), cancelled=True))
-                elif self._transient(exc):
-                    # The driver's own words ("connection refused"), without SQLAlchemy's
-                    # wrapping: the engine logs this on every retry.
-                    cause = getattr(exc, "orig", None)
-                    text = _describe(cause if isinstance(cause, BaseException) else exc)
-                    self.results.put(TaskFailed(task, text, transient=True))
-                else:
-                    self.results.put(TaskFailed(task, _describe(exc)))
+                run_task(task, self._dialect, self._hooks, self.results.put)
             finally:
                 self._end()
             if self._cleanup is not None:
@@ -245,63 +261,90 @@ class ChunkWorker:
                 cleanup.step(idle=True)
         return self._tasks.get()
 
-    def _transient(self, exc: Exception) -> bool:
-        try:
-            return self._dialect.is_transient(exc)
-        except Exception:  # a classification bug must not hide the task's own error
-            log.exception("could not classify the error of a chunk task")
-            return False
 
-    def _start(self, task: StartTask) -> TableStarted:
-        dialect = self._dialect
-        schema = dialect.describe(task.table)
-        key_columns = dialect.snapshot_key(schema, task.surrogate_key)
-        # The log must carry the table before its first chunk, or in-window changes would be
-        # missed: add it to the capture (publication) first. Committed when this returns.
-        added = dialect.ensure_captured([task.table])
-        max_key = (
-            None if task.known_max_key else dialect.max_key(schema, key_columns, task.condition)
-        )
-        return TableStarted(task, schema, tuple(key_columns), max_key, added)
+def run_task(
+    task: Task, dialect: Dialect, hooks: PhaseHooks, send: Callable[[Result], None]
+) -> None:
+    """Run one task on ``dialect``; what it has to say goes to ``send``: a BOUND chunk's
+    bound (news, while the task goes on), then its answer, or a TaskFailed that says whether
+    the failure was a cancel, transient (the connection lost: retried) or the table's."""
+    try:
+        if isinstance(task, StartTask):
+            send(_start(dialect, task))
+        else:
+            send(_read_chunk(dialect, hooks, task, send))
+    except Exception as exc:  # reported to the engine: it retries or fails that table
+        log.debug("task for %s failed", task.table, exc_info=True)
+        if any(isinstance(e, ReadCancelled) for e in error_chain(exc)):
+            send(TaskFailed(task, _describe(exc), cancelled=True))
+        elif _transient(dialect, exc):
+            # The driver's own words ("connection refused"), without SQLAlchemy's
+            # wrapping: the engine logs this on every retry.
+            cause = getattr(exc, "orig", None)
+            text = _describe(cause if isinstance(cause, BaseException) else exc)
+            send(TaskFailed(task, text, transient=True))
+        else:
+            send(TaskFailed(task, _describe(exc)))
 
-    def _read_chunk(self, task: ChunkTask) -> ChunkRead:
-        hooks, dialect, window = self._hooks, self._dialect, task.window
-        upto = task.upto
-        if task.read is SpanRead.BOUND:
-            # Where this chunk's key range ends, before its window: the engine can plan the
-            # next range (on another worker) while this one is read. The range is then read
-            # whole, so when the bound was found does not matter (core.spans, 1. and 2.).
-            # Sent before the open watermark is written: the engine has it before it can see
-            # this window's close in the log.
-            bound = dialect.chunk_bound(
-                task.schema, window.key_columns, task.after, task.upto, task.condition, task.limit
-            )
-            final = bound is None or bound == task.upto
-            upto = task.upto if bound is None else bound
-            self.results.put(ChunkBounded(task, upto, final))
-        # Rule 1: the window was registered by the engine before this task was submitted, so
-        # its id is known before the open watermark exists; the log reader can never see a
-        # watermark the engine cannot place.
-        _run(hooks.before_open, task)
-        dialect.write_watermark(window.watermark(WatermarkKind.OPEN))
-        failpoint("watermark.open")
-        _run(hooks.after_open, task)
-        # Rule 2: the chunk SELECT runs in its own READ ONLY transaction, begun after the open
-        # watermark committed (write_watermark returned) and ended before the close watermark
-        # is written (read_chunk returns after COMMIT).
-        chunk = dialect.read_chunk(
-            task.schema, window.key_columns, task.after, upto, task.condition, task.read_limit
+
+def _transient(dialect: Dialect, exc: Exception) -> bool:
+    try:
+        return dialect.is_transient(exc)
+    except Exception:  # a classification bug must not hide the task's own error
+        log.exception("could not classify the error of a chunk task")
+        return False
+
+
+def _start(dialect: Dialect, task: StartTask) -> TableStarted:
+    schema = dialect.describe(task.table)
+    key_columns = dialect.snapshot_key(schema, task.surrogate_key)
+    # The log must carry the table before its first chunk, or in-window changes would be
+    # missed: add it to the capture (publication) first. Committed when this returns.
+    added = dialect.ensure_captured([task.table])
+    max_key = None if task.known_max_key else dialect.max_key(schema, key_columns, task.condition)
+    return TableStarted(task, schema, tuple(key_columns), max_key, added)
+
+
+def _read_chunk(
+    dialect: Dialect, hooks: PhaseHooks, task: ChunkTask, send: Callable[[Result], None]
+) -> ChunkRead:
+    window = task.window
+    upto = task.upto
+    if task.read is SpanRead.BOUND:
+        # Where this chunk's key range ends, before its window: the engine can plan the
+        # next range (on another worker) while this one is read. The range is then read
+        # whole, so when the bound was found does not matter (core.spans, 1. and 2.).
+        # Sent before the open watermark is written: the engine has it before it can see
+        # this window's close in the log.
+        bound = dialect.chunk_bound(
+            task.schema, window.key_columns, task.after, task.upto, task.condition, task.limit
         )
-        # Rule 3: the buffer is complete before the close watermark is written. The engine
-        # can only see the close watermark after that write commits, so it always finds the
-        # rows in the window (fill refuses rows for a window that already closed).
-        window.fill(chunk.rows, chunk.visibility)
-        _run(hooks.after_read, task)
-        # With the window's secret token: a close row without it is not the engine's own
-        # (core.window: forged watermark rows).
-        dialect.write_watermark(window.watermark(WatermarkKind.CLOSE))
-        _run(hooks.after_close, task)
-        return ChunkRead(task, chunk.rows.num_rows, chunk.last_key, chunk.visibility)
+        final = bound is None or bound == task.upto
+        upto = task.upto if bound is None else bound
+        send(ChunkBounded(task, upto, final))
+    # Rule 1: the window was registered by the engine before this task was submitted, so
+    # its id is known before the open watermark exists; the log reader can never see a
+    # watermark the engine cannot place.
+    _run(hooks.before_open, task)
+    dialect.write_watermark(window.watermark(WatermarkKind.OPEN))
+    failpoint("watermark.open")
+    _run(hooks.after_open, task)
+    # Rule 2: the chunk SELECT runs in its own READ ONLY transaction, begun after the open
+    # watermark committed (write_watermark returned) and ended before the close watermark
+    # is written (read_chunk returns after COMMIT).
+    chunk = dialect.read_chunk(
+        task.schema, window.key_columns, task.after, upto, task.condition, task.read_limit
+    )
+    # Rule 3: the buffer is complete before the close watermark is written. The engine
+    # can only see the close watermark after that write commits, so it always finds the
+    # rows in the window (fill refuses rows for a window that already closed).
+    window.fill(chunk.rows, chunk.visibility)
+    _run(hooks.after_read, task)
+    # With the window's secret token: a close row without it is not the engine's own
+    # (core.window: forged watermark rows).
+    dialect.write_watermark(window.watermark(WatermarkKind.CLOSE))
+    _run(hooks.after_close, task)
+    return ChunkRead(task, chunk.rows.num_rows, chunk.last_key, chunk.visibility)
 
 
 class ChunkWorkers:

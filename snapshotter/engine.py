@@ -48,8 +48,10 @@ from snapshotter.chunk_worker import (
     PhaseHooks,
     Result,
     StartTask,
+    StartWorkers,
     TableStarted,
     TaskFailed,
+    WorkerPool,
 )
 from snapshotter.config import Config
 from snapshotter.core.events import ChangeEvent, Op
@@ -162,7 +164,15 @@ class Engine:
         on_progress: Callable[[EngineState], None] | None = None,
         retry_for: float | None = None,
         open_dialect: Callable[[], Dialect] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        start_workers: StartWorkers | None = None,
+        new_window_id: Callable[[], str] | None = None,
     ) -> None:
+        # Seams for a deterministic test (tests/sim): every time read of the engine, the
+        # chunk-worker pool (default: ChunkWorkers' threads), and the ids of chunk windows.
+        self._clock = clock
+        self._start_workers: StartWorkers = start_workers or ChunkWorkers
+        self._new_window_id = new_window_id or _new_window_id
         self._config = config
         self._source = config.source
         self._dialect = dialect
@@ -196,6 +206,7 @@ class Engine:
         self._retired: deque[str] = deque(maxlen=RETIRED_WINDOWS)  # ids this run registered
         self._runs: dict[str, _TableRun] = {}  # by signal id + table
         self._windows: dict[str, _Flight] = {}
+        self._workers: WorkerPool  # started by ``start``
         # Three kinds of key, kept apart: the primary key (the decoder's key for log events,
         # described once per table), the paging key of a table's current snapshot (what
         # windows and the visibility history compare), and, for a table without a primary
@@ -256,6 +267,21 @@ class Engine:
         Returns the exit code: 0 when every snapshot this run worked on is done, 2 when one
         failed, was stopped or is paused (the CLI's contract for ``--until-caught-up``).
         """
+        reader = self.start()
+        try:
+            while True:
+                if should_stop is not None and should_stop():
+                    self._finish_transaction()
+                    break
+                if self.step(reader, until_caught_up=until_caught_up):
+                    break
+        finally:
+            self.close()
+        return self._exit_code()
+
+    def start(self) -> LogReader:
+        """What ``run`` does before its loop: open the sink (first checkpoint on a first
+        start), take up unfinished snapshots, open the log reader, start the chunk workers."""
         self._sink.open(self.state.sink or None)
         try:
             if not self.state.sink:
@@ -282,35 +308,36 @@ class Engine:
             if self._open_dialect
             else []
         )
-        worker = ChunkWorkers([self._dialect, *extra], self._hooks, self._cleanup)
-        self._workers = worker
-        try:
-            while True:
-                if should_stop is not None and should_stop():
-                    self._finish_transaction()
-                    break
-                for item in reader.read(READ_TIMEOUT_S):
-                    self._handle(item)
-                self._flush_out()
-                self._refresh_unfinished_keys()
-                for result in worker.poll():
-                    self._on_result(result)
-                self._schedule()
-                self._maybe_checkpoint()
-                self._collect_acks()
-                if until_caught_up and self._caught_up():
-                    break
-        finally:
-            worker.stop()
-            self._shutdown()
-        return self._exit_code()
+        self._workers = self._start_workers([self._dialect, *extra], self._hooks, self._cleanup)
+        return reader
+
+    def step(self, reader: LogReader, *, until_caught_up: bool = False) -> bool:
+        """One pass of ``run``'s loop: read the log, hand out what it brought, take in the
+        chunk workers' answers, schedule, checkpoint, collect acknowledgements. Returns
+        whether the engine is caught up (only asked with ``until_caught_up``)."""
+        for item in reader.read(READ_TIMEOUT_S):
+            self._handle(item)
+        self._flush_out()
+        self._refresh_unfinished_keys()
+        for result in self._workers.poll():
+            self._on_result(result)
+        self._schedule()
+        self._maybe_checkpoint()
+        self._collect_acks()
+        return until_caught_up and self._caught_up()
+
+    def close(self) -> None:
+        """What ``run`` does on its way out: stop the chunk workers, then checkpoint at the
+        last transaction boundary, wait for the sink and save state."""
+        self._workers.stop()
+        self._shutdown()
 
     def _finish_transaction(self, timeout: float = 30.0) -> None:
         """Read on to the end of the transaction being handed over, so the final checkpoint
         falls on a boundary (the rest of it is already on its way: the log sends committed
         transactions only)."""
-        deadline = time.monotonic() + timeout
-        while self._in_txn and time.monotonic() < deadline:
+        deadline = self._clock() + timeout
+        while self._in_txn and self._clock() < deadline:
             for item in self._reader.read(READ_TIMEOUT_S):
                 self._handle(item)
 
@@ -319,8 +346,8 @@ class Engine:
         crash before the first regular checkpoint then leaves state that cuts the sink back
         to nothing (else the next start would find output no state accounts for)."""
         checkpoint = self._sink.checkpoint()
-        deadline = time.monotonic() + 30
-        while not self.state.sink and time.monotonic() < deadline:
+        deadline = self._clock() + 30
+        while not self.state.sink and self._clock() < deadline:
             for ack in self._sink.acknowledged():
                 if ack.checkpoint == checkpoint:
                     self.state.sink = dict(ack.resume)
@@ -666,7 +693,7 @@ class Engine:
     def _schedule(self) -> None:
         """Give idle workers their next tasks: start the active table, or read its next
         spans (several at once with read_parallelism > 1, each in its own window)."""
-        if time.monotonic() < self._retry_at:
+        if self._clock() < self._retry_at:
             return
         while self._workers.idle and self._schedule_one():
             pass
@@ -703,7 +730,7 @@ class Engine:
                 bound_ahead=self._parallelism > 1,
                 max_ahead=SPANS_AHEAD_PER_WINDOW * self._windows_in_flight,
             )
-        window_id = _new_window_id()
+        window_id = self._new_window_id()
         span = run.plan.take(window_id)
         if span is None:
             return False
@@ -958,7 +985,7 @@ class Engine:
             batch.rows.num_rows,
             batch.dropped,
         )
-        now = time.monotonic()
+        now = self._clock()
         if now - run.reported >= REPORT_INTERVAL_S and progress.status is not SnapshotStatus.DONE:
             run.reported = now
             log.info(
@@ -1008,7 +1035,7 @@ class Engine:
     def _source_failed(self, what: str, error: str) -> None:
         """Note a transient failure of the snapshot side's database calls; raise
         SourceUnavailableError once they have failed for ``retry_for`` seconds in a row."""
-        now = time.monotonic()
+        now = self._clock()
         if self._failing_since is None or now - self._last_failure > OUTAGE_GAP_S:
             # A failure long after the last one (nothing was retried in between: say the
             # snapshot was paused) starts a new outage.
@@ -1045,7 +1072,7 @@ class Engine:
                 if not self._dialect.is_transient(exc):
                     raise
                 self._source_failed("listing tables for execute-snapshot", str(exc))
-                time.sleep(max(0.0, self._retry_at - time.monotonic()))
+                time.sleep(max(0.0, self._retry_at - self._clock()))
                 continue
             self._source_answers()
             return tables
@@ -1054,7 +1081,7 @@ class Engine:
         if self._failing_since is not None:
             log.info(
                 "the source database answers again after %.1f s; the snapshot goes on",
-                time.monotonic() - self._failing_since,
+                self._clock() - self._failing_since,
             )
             self._failing_since = None
             self._retry_at = 0.0
@@ -1135,7 +1162,7 @@ class Engine:
     # ---------------------------------------------------------------- checkpoints
 
     def _due(self) -> bool:
-        return time.monotonic() - self._last_checkpoint >= self._checkpoint_interval
+        return self._clock() - self._last_checkpoint >= self._checkpoint_interval
 
     def _maybe_checkpoint(self) -> None:
         if self._dirty and self._boundary is not None and not self._in_txn and self._due():
@@ -1151,7 +1178,7 @@ class Engine:
         self._flush_out()
         checkpoint = self._sink.checkpoint()
         self._pending[checkpoint] = _Pending(snapshot, dict(self._boundary))
-        self._last_checkpoint = time.monotonic()
+        self._last_checkpoint = self._clock()
         self._dirty = False
 
     def _collect_acks(self) -> None:
@@ -1177,7 +1204,7 @@ class Engine:
             self._covering = None
             return False
         if self._target is None:
-            if time.monotonic() < self._retry_at:
+            if self._clock() < self._retry_at:
                 return False
             try:
                 self._target = self._dialect.log_end()
@@ -1188,7 +1215,7 @@ class Engine:
                 return False
             self._source_answers()
         if self._boundary_offset < self._target:
-            now = time.monotonic()
+            now = self._clock()
             if now - self._last_progress_request > 0.2:
                 self._reader.request_progress()
                 self._last_progress_request = now
