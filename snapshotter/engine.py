@@ -165,12 +165,14 @@ class Engine:
         retry_for: float | None = None,
         open_dialect: Callable[[], Dialect] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
         start_workers: StartWorkers | None = None,
         new_window_id: Callable[[], str] | None = None,
     ) -> None:
-        # Seams for a deterministic test (tests/sim): every time read of the engine, the
-        # chunk-worker pool (default: ChunkWorkers' threads), and the ids of chunk windows.
+        # Seams for a deterministic test (tests/sim): every time read and wait of the engine,
+        # the chunk-worker pool (default: ChunkWorkers' threads), and the ids of chunk windows.
         self._clock = clock
+        self._sleep = sleep
         self._start_workers: StartWorkers = start_workers or ChunkWorkers
         self._new_window_id = new_window_id or _new_window_id
         self._config = config
@@ -352,7 +354,7 @@ class Engine:
                 if ack.checkpoint == checkpoint:
                     self.state.sink = dict(ack.resume)
             if not self.state.sink:
-                time.sleep(0.01)
+                self._sleep(0.01)
         if self.state.sink:
             self._store.save(self.state)
 
@@ -1079,7 +1081,7 @@ class Engine:
                 if not self._dialect.is_transient(exc):
                     raise
                 self._source_failed("listing tables for execute-snapshot", str(exc))
-                time.sleep(max(0.0, self._retry_at - self._clock()))
+                self._sleep(max(0.0, self._retry_at - self._clock()))
                 continue
             self._source_answers()
             return tables

@@ -247,6 +247,7 @@ class World:
             store=self.store,
             open_dialect=self._open_dialect,
             clock=self.clock,
+            sleep=self.wait,
             start_workers=self._start_workers,
             new_window_id=self._window_id,
         )
