@@ -70,6 +70,7 @@ class SimPool:
     def submit(self, task: Task) -> None:
         for worker in self.workers:
             if not worker.busy:
+                self._world.watch.submitted(task)
                 worker.busy += 1
                 worker.queued.append(task)
                 return

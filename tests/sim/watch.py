@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from snapshotter.chunk_worker import ChunkBounded, ChunkRead, Result, TaskFailed
+from snapshotter.chunk_worker import ChunkBounded, ChunkRead, ChunkTask, Result, Task, TaskFailed
 from snapshotter.core.keys import Key
 from snapshotter.core.spans import SpanRead
 from snapshotter.core.state import TableProgress
@@ -43,6 +43,7 @@ class Watch:
         self.read_windows: dict[str, tuple[int, str, Key | None, Key]] = {}
         self._resumed_from: dict[str, Key | None] = {}  # unfinished snapshots at this boot
         self._bounds: dict[str, Key] = {}  # BOUND chunks' ends, by window
+        self._tasks: dict[str, ChunkTask] = {}  # every chunk task submitted, by window
 
     def begin_run(self, run: int, snapshots: list[TableProgress], kept: int) -> None:
         """A new engine loaded ``snapshots`` from state naming ``kept`` output items."""
@@ -71,7 +72,18 @@ class Watch:
         self.run = run
         self._resumed_from = resumed
 
+    def submitted(self, task: Task) -> None:
+        if isinstance(task, ChunkTask):
+            self._tasks[task.window.window_id] = task
+
     def read_batch(self, batch: ReadBatch) -> None:
+        if batch.window_id not in self.read_windows:
+            # Its close committed, then the worker lost the connection: the task failed
+            # (no ChunkRead came), the engine emitted the batch at the close all the same.
+            task = self._tasks[batch.window_id]
+            snapshot = snapshot_id(task.signal_id, task.table)
+            end = self._covered(task, batch.selected, batch.last_key)
+            self.read_windows[batch.window_id] = (self.run, snapshot, task.after, end)
         close_lsn = batch.position.parts[0]
         self._stats["read_rows_dropped"] += batch.dropped
         for row in batch.row_dicts():
@@ -97,15 +109,18 @@ class Watch:
         elif isinstance(result, ChunkRead):
             self._chunk_read(result)
 
+    def _covered(self, chunk: ChunkTask, selected: int, last_key: Key | None) -> Key:
+        """Where the key range a chunk read covered ends."""
+        if selected >= chunk.read_limit:
+            assert last_key is not None
+            return last_key  # the read stopped at its limit: it covered this far
+        if chunk.read is SpanRead.BOUND:
+            return self._bounds[chunk.window.window_id]
+        return chunk.upto
+
     def _chunk_read(self, result: ChunkRead) -> None:
         chunk = result.task
-        if result.selected >= chunk.read_limit:
-            assert result.last_key is not None
-            end: Key = result.last_key  # the read stopped at its limit: it covered this far
-        elif chunk.read is SpanRead.BOUND:
-            end = self._bounds[chunk.window.window_id]
-        else:
-            end = chunk.upto
+        end = self._covered(chunk, result.selected, result.last_key)
         self._stats["chunk_reads"] += 1
         snapshot = snapshot_id(chunk.signal_id, chunk.table)
         self._trace.append(f"chunk read {snapshot} ({chunk.after}, {end}] {result.selected} rows")
