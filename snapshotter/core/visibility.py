@@ -214,9 +214,16 @@ class RecentTransactions:
             self._open_size -= sum(len(k) for k in keys.values())
         self._overflowed.discard(xid)
 
-    def prune(self, visibility: ReadVisibility) -> None:
-        """Forget transactions every snapshot from now on sees (older than its xmin)."""
-        while self._committed and visibility.settled(self._committed[0].xid):
+    def prune(self, visibility: ReadVisibility, *others: ReadVisibility) -> None:
+        """Forget transactions every snapshot from now on sees (older than its xmin), and
+        every one of ``others`` too (snapshots of chunks read earlier whose windows have
+        not closed yet: with parallel reads they may close later, and ask then)."""
+        snapshots = (visibility, *others)
+
+        def settled(xid: int) -> bool:
+            return all(s.settled(xid) for s in snapshots)
+
+        while self._committed and settled(self._committed[0].xid):
             old = self._committed.popleft()
             self._size -= sum(len(k) for k in old.keys.values())
-        self._forgotten = {x: p for x, p in self._forgotten.items() if not visibility.settled(x)}
+        self._forgotten = {x: p for x, p in self._forgotten.items() if not settled(x)}

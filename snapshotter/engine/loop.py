@@ -533,7 +533,14 @@ class Engine:
             # Rule 4 (PostgreSQL): transactions logged before the open watermark that the
             # chunk's snapshot did not see made some chunk rows stale: drop those keys.
             stale = self._history.stale_keys(task.table, window.visibility, window.opened_at)
-            self._history.prune(window.visibility)
+            # Forget only what every snapshot that can still ask sees: with parallel reads a
+            # window that read earlier (an older snapshot) may close after this one, and the
+            # snapshot of a window still reading is not known yet (nothing goes until then).
+            others = [f.task.window for f in self._scheduler.flights()]
+            if all(w.filled for w in others):
+                self._history.prune(
+                    window.visibility, *(w.visibility for w in others if w.visibility is not None)
+                )
             if stale is None:
                 log.info("chunk %d of %s: re-read (history too short)", task.number, task.table)
                 self._scheduler.read_again(run, window.window_id)

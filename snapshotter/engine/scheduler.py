@@ -104,6 +104,10 @@ class Scheduler:
     def flight(self, window_id: str) -> Flight | None:
         return self._windows.get(window_id)
 
+    def flights(self) -> list[Flight]:
+        """Every window in flight, of any table."""
+        return list(self._windows.values())
+
     def flights_of(self, table: TableId) -> list[Flight]:
         return [f for f in self._windows.values() if f.task.table == table]
 

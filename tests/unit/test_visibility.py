@@ -100,6 +100,17 @@ def test_prune_forgets_what_every_later_snapshot_sees() -> None:
     assert history.size == 0
 
 
+def test_prune_keeps_what_an_older_snapshot_still_waiting_to_close_missed() -> None:
+    # Parallel reads: chunk A read with an older snapshot (102 in progress), chunk B with a
+    # newer one (102 visible). B's window closes first; A's still asks about 102 later.
+    history = _history((102, 2, T, [2]))
+    older, newer = PgSnapshot(102, 103, frozenset({102})), PgSnapshot(103, 103)
+    history.prune(newer, older)
+    assert history.stale_keys(T, older, Position(9, 0)) == {(2,)}
+    history.prune(newer)  # A closed: nothing left that needs it
+    assert history.size == 0
+
+
 # The decision as a property: for random transactions and a random snapshot, the stale set
 # is exactly the oracle's - keys of transactions committed before the watermark that the
 # snapshot does not see.
