@@ -28,9 +28,9 @@ from snapshotter.core.keys import Key
 from snapshotter.core.spans import SpanRead, range_read_limit
 from snapshotter.core.visibility import ReadVisibility
 from snapshotter.core.window import ChunkWindow
-from snapshotter.dialects.base import Dialect, ReadCancelled, TableSchema, error_chain
 from snapshotter.faults import failpoint
 from snapshotter.signal_cleanup import WatermarkCleanup
+from snapshotter.sources.base import Dialect, ReadCancelled, TableSchema, error_chain
 
 log = logging.getLogger("snapshotter.chunks")
 

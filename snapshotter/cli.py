@@ -24,9 +24,9 @@ from snapshotter import __version__
 from snapshotter.config import Config, ConfigError, load_config
 from snapshotter.connect import create_engine
 from snapshotter.core.state import StateError
-from snapshotter.dialects.base import TableError as TableErrorBase
 from snapshotter.errors import explain
 from snapshotter.redact import RedactingFilter, Redactor, mask_url, setting_secrets, url_secrets
+from snapshotter.sources.base import TableError as TableErrorBase
 from snapshotter.state_store import StateStore
 
 if TYPE_CHECKING:
@@ -95,10 +95,11 @@ def _init_mysql(config: Config, config_path: str) -> int:
     """Signal table, prerequisites (binlog settings, privileges), then the binlog position
     the first run streams from, saved in the state (so signals sent between ``init`` and
     ``run`` are not missed)."""
-    from snapshotter.dialects import my_setup, pg_setup
-    from snapshotter.dialects.base import TableError
-    from snapshotter.dialects.mysql import MySqlDialect
     from snapshotter.runner import state_path
+    from snapshotter.sources.base import TableError
+    from snapshotter.sources.mysql import setup as my_setup
+    from snapshotter.sources.mysql.dialect import MySqlDialect
+    from snapshotter.sources.postgres import setup as pg_setup
 
     source = config.source
     engine = _connect(config)
@@ -152,9 +153,9 @@ def _init_mysql(config: Config, config_path: str) -> int:
 def _init_postgres(config: Config, config_path: str) -> int:
     """Signal table, then prerequisites, then publication, then slot (the slot last: it
     starts keeping WAL the moment it exists, and must see the publication)."""
-    from snapshotter.dialects import pg_setup
-    from snapshotter.dialects.base import TableError
-    from snapshotter.dialects.postgres import PostgresDialect
+    from snapshotter.sources.base import TableError
+    from snapshotter.sources.postgres import setup as pg_setup
+    from snapshotter.sources.postgres.dialect import PostgresDialect
 
     source = config.source
     engine = _connect(config)
@@ -189,8 +190,8 @@ def _init_postgres(config: Config, config_path: str) -> int:
 def _create_signal_table(engine: sa.Engine, config: Config) -> list[Any]:
     """Create the signal table (unless it exists). A privilege the user lacks is a problem
     printed with the prerequisites, so one `init` names everything to fix."""
-    from snapshotter.dialects.pg_setup import Problem
     from snapshotter.errors import is_privilege_error, source_reason
+    from snapshotter.sources.postgres.setup import Problem
 
     table = config.source.signal_table_id
     try:
@@ -260,8 +261,8 @@ def cmd_reset_stream(args: argparse.Namespace) -> int:
     """Stream from the current end of the log: a new slot (PostgreSQL) or the binlog's end
     (MySQL) in the state, unfinished snapshots stopped; then snapshot the tables again."""
     from snapshotter import stream_position as sp
-    from snapshotter.dialects.pg_setup import SetupError
     from snapshotter.runner import open_dialect, state_path
+    from snapshotter.sources.postgres.setup import SetupError
     from snapshotter.state_store import StateLockedError
 
     config = _config(args)
@@ -341,8 +342,8 @@ def cmd_teardown(args: argparse.Namespace) -> int:
     import contextlib
 
     from snapshotter import stream_position as sp
-    from snapshotter.dialects.pg_setup import SetupError
     from snapshotter.runner import state_path
+    from snapshotter.sources.postgres.setup import SetupError
     from snapshotter.state_store import StateLockedError
 
     config = _config(args)
@@ -529,11 +530,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = _config(args)
     if args.command == "resume":
         _announce_resume(config)
-    from snapshotter.logs.binlog_reader import BinlogReaderError
-    from snapshotter.logs.pg_reader import LogReaderError
     from snapshotter.progress import live_progress
     from snapshotter.runner import StopFlag, run_engine
     from snapshotter.sinks.jsonl import JsonlSinkError
+    from snapshotter.sources.mysql.reader import BinlogReaderError
+    from snapshotter.sources.postgres.reader import LogReaderError
     from snapshotter.state_store import StateLockedError
     from snapshotter.stream_position import StreamPositionLost
 
@@ -744,8 +745,8 @@ def _verify_jsonl(config: Config, names: Sequence[str], *, as_json: bool) -> int
     or fails."""
     from signals.names import TableNameError
     from snapshotter.convergence import check_table, tables_to_verify
-    from snapshotter.dialects.base import TableError
     from snapshotter.runner import open_dialect
+    from snapshotter.sources.base import TableError
     from snapshotter.verify import VerifyError, verdict_json
 
     dialect = open_dialect(config)
@@ -782,9 +783,9 @@ def _verify_landed(config: Config, names: Sequence[str], *, as_json: bool) -> in
     """Each table against its landed current state; a table that cannot be compared is
     reported and the others still are. Exit 1 if any diverges or fails."""
     from signals.names import TableNameError
-    from snapshotter.dialects.base import TableError
     from snapshotter.landing.lander import LandingError
     from snapshotter.landing.verify import verify_landed
+    from snapshotter.sources.base import TableError
     from snapshotter.verify import VerifyError
 
     failed = False

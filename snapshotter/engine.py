@@ -71,11 +71,11 @@ from snapshotter.core.window import (
     WindowPhase,
     buffer_key,
 )
-from snapshotter.dialects.base import Dialect, TableSchema
 from snapshotter.faults import failpoint
-from snapshotter.logs.base import Change, Commit, LogItem, LogReader, Notice, Progress, TableShape
 from snapshotter.signal_cleanup import WatermarkCleanup
 from snapshotter.sinks.base import Sink, SinkItem
+from snapshotter.sources.base import Dialect, TableSchema
+from snapshotter.sources.log import Change, Commit, LogItem, LogReader, Notice, Progress, TableShape
 from snapshotter.state_store import StateStore
 
 log = logging.getLogger("snapshotter.engine")

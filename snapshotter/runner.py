@@ -19,14 +19,14 @@ from snapshotter.chunk_worker import PhaseHooks
 from snapshotter.config import Config
 from snapshotter.connect import sqlalchemy_url
 from snapshotter.core.state import EngineState
-from snapshotter.dialects.base import Dialect
-from snapshotter.dialects.postgres import PostgresDialect
 from snapshotter.engine import Engine
-from snapshotter.logs.base import LogReader
-from snapshotter.logs.pg_decoder import PgOutputDecoder
-from snapshotter.logs.pg_reader import PgLogReader
 from snapshotter.sinks.base import Sink
 from snapshotter.sinks.jsonl import JsonlSink
+from snapshotter.sources.base import Dialect
+from snapshotter.sources.log import LogReader
+from snapshotter.sources.postgres.decoder import PgOutputDecoder
+from snapshotter.sources.postgres.dialect import PostgresDialect
+from snapshotter.sources.postgres.reader import PgLogReader
 from snapshotter.state_store import StateStore
 
 STATE_FILE = "state.json"
@@ -114,7 +114,7 @@ def open_dialect(config: Config) -> Dialect:
     """The dialect of the configured source (close it when done)."""
     source = config.source
     if source.kind == "mysql":
-        from snapshotter.dialects.mysql import MySqlDialect
+        from snapshotter.sources.mysql.dialect import MySqlDialect
 
         return MySqlDialect(
             source.url,
@@ -139,9 +139,9 @@ def binlog_server_id(config: Config) -> int:
 def _binlog_reader_opener(
     config: Config, dialect: Dialect
 ) -> Callable[[Mapping[str, Any], Callable[[TableId], Sequence[str] | None]], LogReader]:
-    from snapshotter.dialects.mysql import MySqlDialect
-    from snapshotter.logs.binlog_decoder import BinlogDecoder
-    from snapshotter.logs.binlog_reader import BinlogLogReader
+    from snapshotter.sources.mysql.decoder import BinlogDecoder
+    from snapshotter.sources.mysql.dialect import MySqlDialect
+    from snapshotter.sources.mysql.reader import BinlogLogReader
     from snapshotter.stream_position import check_before_streaming
 
     assert isinstance(dialect, MySqlDialect)

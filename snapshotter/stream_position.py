@@ -30,10 +30,11 @@ from signals.names import TableId
 from snapshotter.config import Config
 from snapshotter.core.position import Position
 from snapshotter.core.state import EngineState, StateError
-from snapshotter.dialects import my_setup, pg_setup
-from snapshotter.dialects.base import Dialect, TableError
-from snapshotter.dialects.my_setup import BinlogRetention
-from snapshotter.dialects.pg_setup import SetupError, SlotFacts, lsn_text
+from snapshotter.sources.base import Dialect, TableError
+from snapshotter.sources.mysql import setup as my_setup
+from snapshotter.sources.mysql.setup import BinlogRetention
+from snapshotter.sources.postgres import setup as pg_setup
+from snapshotter.sources.postgres.setup import SetupError, SlotFacts, lsn_text
 
 log = logging.getLogger(__name__)
 
@@ -494,7 +495,7 @@ def move_to_log_end(config: Config, engine: sa.Engine, dialect: Dialect) -> NewS
     the publication, which must exist); MySQL: the binlog's current end."""
     source = config.source
     if source.kind == "mysql":
-        from snapshotter.dialects.mysql import MySqlDialect, binlog_file_number
+        from snapshotter.sources.mysql.dialect import MySqlDialect, binlog_file_number
 
         assert isinstance(dialect, MySqlDialect)
         start = dialect.binlog_start()

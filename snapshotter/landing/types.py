@@ -53,7 +53,7 @@ import pyarrow.compute as pc
 from snapshotter.core.events import ChangeEvent, Op
 from snapshotter.core.values import UNAVAILABLE_VALUE, RawJson
 from snapshotter.core.window import ReadBatch
-from snapshotter.dialects.base import ColumnInfo, TableSchema
+from snapshotter.sources.base import ColumnInfo, TableSchema
 
 log = logging.getLogger(__name__)
 

@@ -51,8 +51,8 @@ import pyarrow.compute as pc
 
 from signals.names import TableId
 from snapshotter.config import Config
-from snapshotter.dialects.base import Dialect, TableError, TableSchema
 from snapshotter.landing.types import META_COLUMNS, landed_columns, rows_to_landed
+from snapshotter.sources.base import Dialect, TableError, TableSchema
 from snapshotter.verify import (
     ColumnDiff,
     RowDiff,

@@ -25,8 +25,8 @@ from snapshotter.chunk_worker import PhaseHooks
 from snapshotter.cli import main as cli_main
 from snapshotter.config import Config, load_config
 from snapshotter.convergence import check_table
-from snapshotter.dialects import pg_setup
 from snapshotter.runner import StopFlag, run_engine
+from snapshotter.sources.postgres import setup as pg_setup
 from snapshotter.verify import Verdict
 
 PREFIX = "test"

@@ -28,13 +28,13 @@ from signals.names import TableId
 from signals.parser import parse_signal
 from snapshotter.core.events import ChangeEvent, Op
 from snapshotter.core.keys import Key, decode_key, encode_key
-from snapshotter.dialects import my_client
-from snapshotter.dialects import my_types as mt
-from snapshotter.dialects.base import TableError, TableSchema
-from snapshotter.dialects.mysql import MySqlDialect
-from snapshotter.logs.base import Change, LogItem, TableShape
-from snapshotter.logs.binlog_decoder import BinlogDecoder
-from snapshotter.logs.binlog_reader import BinlogLogReader
+from snapshotter.sources.base import TableError, TableSchema
+from snapshotter.sources.log import Change, LogItem, TableShape
+from snapshotter.sources.mysql import client as my_client
+from snapshotter.sources.mysql import types as mt
+from snapshotter.sources.mysql.decoder import BinlogDecoder
+from snapshotter.sources.mysql.dialect import MySqlDialect
+from snapshotter.sources.mysql.reader import BinlogLogReader
 
 pytestmark = pytest.mark.integration
 

@@ -18,9 +18,9 @@ import sqlalchemy as sa
 
 from signals.names import TableId
 from snapshotter.core.keys import decode_key, encode_key
-from snapshotter.dialects import my_types
-from snapshotter.dialects.base import TableError, TableSchema
-from snapshotter.dialects.mysql import MySqlDialect
+from snapshotter.sources.base import TableError, TableSchema
+from snapshotter.sources.mysql import types as my_types
+from snapshotter.sources.mysql.dialect import MySqlDialect
 
 pytestmark = pytest.mark.integration
 

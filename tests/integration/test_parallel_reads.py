@@ -27,9 +27,9 @@ from signals.names import TableId
 from snapshotter.chunk_worker import ChunkTask, PhaseHooks
 from snapshotter.core.keys import Key, decode_key, encode_key
 from snapshotter.core.spans import range_read_limit
-from snapshotter.dialects.base import ReadCancelled, TableSchema
-from snapshotter.dialects.mysql import MySqlDialect
-from snapshotter.dialects.postgres import PostgresDialect
+from snapshotter.sources.base import ReadCancelled, TableSchema
+from snapshotter.sources.mysql.dialect import MySqlDialect
+from snapshotter.sources.postgres.dialect import PostgresDialect
 from tests.integration.test_convergence import (
     assert_converged,
     progress,

@@ -19,9 +19,10 @@ from signals.table import create_signal_table, read_signals
 from snapshotter.core.keys import Key, decode_key, encode_key
 from snapshotter.core.values import RawJson
 from snapshotter.core.visibility import PgSnapshot
-from snapshotter.dialects import pg_setup, pg_types
-from snapshotter.dialects.base import TableError, TableSchema
-from snapshotter.dialects.postgres import ChunkReadError, PostgresDialect
+from snapshotter.sources.base import TableError, TableSchema
+from snapshotter.sources.postgres import setup as pg_setup
+from snapshotter.sources.postgres import types as pg_types
+from snapshotter.sources.postgres.dialect import ChunkReadError, PostgresDialect
 
 pytestmark = pytest.mark.integration
 

@@ -47,11 +47,12 @@ import sqlalchemy as sa
 
 from snapshotter import engine as engine_module
 from snapshotter.chunk_worker import ChunkTask, PhaseHooks
-from snapshotter.logs import binlog_reader, pg_reader
-from snapshotter.logs.base import Change, Commit, LogItem
-from snapshotter.logs.binlog_reader import BinlogReaderError
-from snapshotter.logs.pg_decoder import PgOutputDecoder
-from snapshotter.logs.pg_reader import LogReaderError, PgLogReader
+from snapshotter.sources.log import Change, Commit, LogItem
+from snapshotter.sources.mysql import reader as binlog_reader
+from snapshotter.sources.mysql.reader import BinlogReaderError
+from snapshotter.sources.postgres import reader as pg_reader
+from snapshotter.sources.postgres.decoder import PgOutputDecoder
+from snapshotter.sources.postgres.reader import LogReaderError, PgLogReader
 from tests.integration.engine_harness import Capture, mysql_connect
 from tests.integration.test_convergence import (
     Source,
@@ -264,8 +265,8 @@ class Outage:
 
     @property
     def log_losses(self) -> list[str]:
-        return self.messages("snapshotter.logs.pg_reader", "lost") + self.messages(
-            "snapshotter.logs.binlog_reader", "lost"
+        return self.messages("snapshotter.sources.postgres.reader", "lost") + self.messages(
+            "snapshotter.sources.mysql.reader", "lost"
         )
 
     def summary(self) -> str:
@@ -275,8 +276,8 @@ class Outage:
             f"log reader: {len(self.log_losses)} loss message(s)",
         ]
         parts += self.messages("snapshotter.engine", "answers again")
-        parts += self.messages("snapshotter.logs.pg_reader", "restored after")
-        parts += self.messages("snapshotter.logs.pg_reader", "sent again")
+        parts += self.messages("snapshotter.sources.postgres.reader", "restored after")
+        parts += self.messages("snapshotter.sources.postgres.reader", "sent again")
         return "; ".join(parts)
 
 
@@ -447,8 +448,8 @@ def test_a_table_start_that_loses_its_connection_is_retried(
     """The start of a snapshot (describe, maximum key) is retried like a chunk read: here
     the maximum-key query loses its connection twice (simulated, on the worker thread only),
     and the snapshot starts on the third try and converges."""
-    from snapshotter.dialects.mysql import MySqlDialect
-    from snapshotter.dialects.postgres import PostgresDialect
+    from snapshotter.sources.mysql.dialect import MySqlDialect
+    from snapshotter.sources.postgres.dialect import PostgresDialect
 
     caplog.set_level(logging.INFO)
     r = restartable

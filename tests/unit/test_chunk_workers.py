@@ -22,8 +22,8 @@ from snapshotter.chunk_worker import (
 )
 from snapshotter.core.spans import SpanRead, range_read_limit
 from snapshotter.core.window import ChunkWindow
-from snapshotter.dialects.base import ChunkRead as Chunk
-from snapshotter.dialects.base import ColumnInfo, ReadCancelled, TableSchema
+from snapshotter.sources.base import ChunkRead as Chunk
+from snapshotter.sources.base import ColumnInfo, ReadCancelled, TableSchema
 
 TABLE = TableId("s", "t")
 SCHEMA = TableSchema(TABLE, (ColumnInfo("id", "bigint", 20, False, pa.int64()),), ("id",))

@@ -20,8 +20,8 @@ from snapshotter.core.state import (
     StreamState,
     TableProgress,
 )
-from snapshotter.dialects.my_setup import BinlogRetention
-from snapshotter.dialects.pg_setup import SlotFacts, lsn_text, lsn_value
+from snapshotter.sources.mysql.setup import BinlogRetention
+from snapshotter.sources.postgres.setup import SlotFacts, lsn_text, lsn_value
 from snapshotter.status import status_report
 from snapshotter.stream_position import (
     LostPosition,
@@ -397,7 +397,7 @@ def test_run_names_the_config_and_tables_when_the_binlog_is_purged_mid_run(
     """The binlog reader's error for a purged file (server error 1236) carries the lost
     position as its cause; `run` prints it with the config file and the tables."""
     from snapshotter import cli, runner
-    from snapshotter.logs.binlog_reader import BinlogReaderError
+    from snapshotter.sources.mysql.reader import BinlogReaderError
 
     config = tmp_path / "my.toml"
     config.write_text(

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from snapshotter.dialects.pg_setup import Problem
+from snapshotter.sources.postgres.setup import Problem
 
 __all__ = [
     "BinlogRetention",

@@ -23,7 +23,7 @@ from sqlalchemy.dialects.postgresql.base import PGDialect
 
 from signals.names import TableId, TablePattern, parse_table_selector
 from snapshotter.core.values import UNAVAILABLE_VALUE
-from snapshotter.dialects.base import Dialect, TableError
+from snapshotter.sources.base import Dialect, TableError
 
 Severity = Literal["error", "warning"]
 

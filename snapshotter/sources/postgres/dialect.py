@@ -34,8 +34,8 @@ from signals.names import TableId
 from signals.table import delete_watermarks, insert_signal, watermark_rows
 from snapshotter.core.keys import Key, KeyCodecError, normalize_key
 from snapshotter.core.visibility import PgSnapshot
-from snapshotter.dialects import pg_arrow, pg_setup, pg_types
-from snapshotter.dialects.base import (
+from snapshotter.faults import failpoint
+from snapshotter.sources.base import (
     ChunkRead,
     ChunkReadError,
     ColumnInfo,
@@ -44,7 +44,10 @@ from snapshotter.dialects.base import (
     TableSchema,
     error_chain,
 )
-from snapshotter.dialects.query_guard import (
+from snapshotter.sources.postgres import arrow as pg_arrow
+from snapshotter.sources.postgres import setup as pg_setup
+from snapshotter.sources.postgres import types as pg_types
+from snapshotter.sources.query_guard import (
     CANCEL_TIMEOUT_S,
     DEFAULT_TIMEOUT_S,
     GuardedQuery,
@@ -54,8 +57,8 @@ from snapshotter.dialects.query_guard import (
     session_changed_error,
     timeout_error,
 )
-from snapshotter.dialects.relations import pg_relation_kinds
-from snapshotter.dialects.sql_common import (
+from snapshotter.sources.relations import pg_relation_kinds
+from snapshotter.sources.sql_common import (
     CHUNK_QUERY,
     StatementCache,
     bound_params,
@@ -65,7 +68,6 @@ from snapshotter.dialects.sql_common import (
     sa_table,
     signal_filter,
 )
-from snapshotter.faults import failpoint
 
 DEFAULT_SCHEMA = pg_setup.DEFAULT_SCHEMA
 
@@ -192,7 +194,7 @@ class _Relation:
 
 
 class PostgresDialect:
-    """:class:`snapshotter.dialects.base.Dialect` for PostgreSQL (13+)."""
+    """:class:`snapshotter.sources.base.Dialect` for PostgreSQL (13+)."""
 
     connector = "postgresql"
     dollar_quotes = True

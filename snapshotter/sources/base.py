@@ -3,7 +3,7 @@
 The DBLog algorithm (``snapshotter.engine`` with ``snapshotter.core.window``) is written once.
 A dialect supplies what differs per database: the catalog, the SQL of the max-key and chunk
 queries, the watermark insert, and capture setup. Log reading is behind ``LogReader`` in
-``snapshotter.logs.base``. A capability the engine needs goes here, never an ``isinstance``.
+``snapshotter.sources.log``. A capability the engine needs goes here, never an ``isinstance``.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ class Dialect(Protocol):
     def relation_kinds(self, tables: Sequence[TableId]) -> Mapping[TableId, str]:
         """For names ``list_tables`` lacks: why each is not a table to snapshot ("is a
         view: only tables can be snapshotted", ...), in one query; names the catalog does
-        not know are left out (``snapshotter.dialects.relations``)."""
+        not know are left out (``snapshotter.sources.relations``)."""
         ...
 
     def max_key(

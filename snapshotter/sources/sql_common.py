@@ -11,7 +11,7 @@ import pyarrow as pa
 import sqlalchemy as sa
 
 from snapshotter.core.keys import Key
-from snapshotter.dialects.base import TableError, TableSchema
+from snapshotter.sources.base import TableError, TableSchema
 
 _MAX_CACHED_QUERIES = 256
 CHUNK_QUERY = "chunk query"  # what a chunk read is called in errors (and fault points)

@@ -35,8 +35,8 @@ from signals import Watermark
 from signals.names import TableId
 from signals.table import delete_watermarks, insert_signal, watermark_rows
 from snapshotter.core.keys import Key, KeyCodecError, normalize_key
-from snapshotter.dialects import my_client, my_types
-from snapshotter.dialects.base import (
+from snapshotter.faults import failpoint
+from snapshotter.sources.base import (
     ChunkRead,
     ChunkReadError,
     ColumnInfo,
@@ -45,7 +45,9 @@ from snapshotter.dialects.base import (
     TableSchema,
     error_chain,
 )
-from snapshotter.dialects.query_guard import (
+from snapshotter.sources.mysql import client as my_client
+from snapshotter.sources.mysql import types as my_types
+from snapshotter.sources.query_guard import (
     CANCEL_TIMEOUT_S,
     DEFAULT_TIMEOUT_S,
     GuardedQuery,
@@ -55,8 +57,8 @@ from snapshotter.dialects.query_guard import (
     session_changed_error,
     timeout_error,
 )
-from snapshotter.dialects.relations import mysql_relation_kinds
-from snapshotter.dialects.sql_common import (
+from snapshotter.sources.relations import mysql_relation_kinds
+from snapshotter.sources.sql_common import (
     CHUNK_QUERY,
     StatementCache,
     check_bounds,
@@ -67,7 +69,6 @@ from snapshotter.dialects.sql_common import (
     sa_table,
     signal_filter,
 )
-from snapshotter.faults import failpoint
 
 _SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 # Errors that mean the connection, not the query, failed, or the server is going away or
@@ -149,7 +150,7 @@ def binlog_status(conn: sa.Connection) -> tuple[str, int] | None:
 
 
 class MySqlDialect:
-    """:class:`snapshotter.dialects.base.Dialect` for MySQL 8 and MariaDB 10.5+."""
+    """:class:`snapshotter.sources.base.Dialect` for MySQL 8 and MariaDB 10.5+."""
 
     connector = "mysql"
     dollar_quotes = False

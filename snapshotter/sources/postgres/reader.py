@@ -36,9 +36,9 @@ from psycopg import pq, sql
 from psycopg.conninfo import conninfo_to_dict
 
 from snapshotter.core.position import Position
-from snapshotter.dialects.postgres import pg_error_is_transient
-from snapshotter.logs.base import Change, Commit, LogItem, Progress
-from snapshotter.logs.pg_decoder import PgOutputDecoder
+from snapshotter.sources.log import Change, Commit, LogItem, Progress
+from snapshotter.sources.postgres.decoder import PgOutputDecoder
+from snapshotter.sources.postgres.dialect import pg_error_is_transient
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ def int_to_lsn(value: int) -> str:
 
 
 class PgLogReader:
-    """Streams ``slot`` through ``decoder``; implements ``snapshotter.logs.base.LogReader``."""
+    """Streams ``slot`` through ``decoder``; implements ``snapshotter.sources.log.LogReader``."""
 
     def __init__(
         self,
