@@ -82,7 +82,7 @@ from signals.names import TableId  # noqa: E402
 from snapshotter.sources.log import Change, Commit, Progress  # noqa: E402
 from snapshotter.sources.mysql import reader as binlog_reader  # noqa: E402
 from snapshotter.sources.mysql.decoder import BinlogDecoder  # noqa: E402
-from snapshotter.sources.mysql.dialect import binlog_offset  # noqa: E402
+from snapshotter.sources.mysql.positions import binlog_offset  # noqa: E402
 from snapshotter.sources.mysql.reader import BinlogLogReader  # noqa: E402
 
 CAPTURED = "captured"

@@ -30,7 +30,8 @@ from snapshotter.core.position import Position
 from snapshotter.sources.log import Change, Commit, LogItem, Notice, Progress, TableShape
 from snapshotter.sources.mysql import reader as binlog_reader
 from snapshotter.sources.mysql.decoder import BinlogDecoder
-from snapshotter.sources.mysql.dialect import MySqlDialect, binlog_file_number
+from snapshotter.sources.mysql.dialect import MySqlDialect
+from snapshotter.sources.mysql.positions import binlog_file_number
 from snapshotter.sources.mysql.reader import BinlogLogReader, BinlogReaderError
 
 pytestmark = pytest.mark.integration

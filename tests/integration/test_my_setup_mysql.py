@@ -11,7 +11,8 @@ import pytest
 import sqlalchemy as sa
 
 from snapshotter.sources.mysql import setup as my_setup
-from snapshotter.sources.mysql.dialect import binlog_status, mysql_url
+from snapshotter.sources.mysql.dialect import mysql_url
+from snapshotter.sources.mysql.positions import binlog_status
 
 pytestmark = pytest.mark.integration
 

@@ -19,10 +19,11 @@ from signals.table import create_signal_table, read_signals
 from snapshotter.core.keys import Key, decode_key, encode_key
 from snapshotter.core.values import RawJson
 from snapshotter.core.visibility import PgSnapshot
-from snapshotter.sources.base import TableError, TableSchema
+from snapshotter.sources.base import ChunkReadError, TableError, TableSchema
 from snapshotter.sources.postgres import setup as pg_setup
 from snapshotter.sources.postgres import types as pg_types
-from snapshotter.sources.postgres.dialect import ChunkReadError, PostgresDialect
+from snapshotter.sources.postgres.dialect import PostgresDialect
+from snapshotter.sources.setup_common import SetupError, resolve_tables
 
 pytestmark = pytest.mark.integration
 
@@ -666,7 +667,7 @@ def test_ensure_captured_adds_tables_to_the_publication(
         f"CREATE TABLE {pg_schema}.p (id int PRIMARY KEY) PARTITION BY RANGE (id)",
         f"CREATE TABLE {pg_schema}.p1 PARTITION OF {pg_schema}.p FOR VALUES FROM (0) TO (10)",
     )
-    with pytest.raises(pg_setup.SetupError, match="does not exist; run `snapshotter init`"):
+    with pytest.raises(SetupError, match="does not exist; run `snapshotter init`"):
         dialect.ensure_captured([TableId(pg_schema, "a")])
     change = pg_setup.ensure_publication(pg_engine, dialect.publication, [dialect.signal_table])
     assert change.created and change.added == (dialect.signal_table,)
@@ -785,7 +786,7 @@ def test_a_slot_of_the_wrong_kind_is_reported(pg_engine: sa.Engine, pg_schema: s
             p for p in pg_setup.check_prerequisites(pg_engine, [], slot) if slot in p.what
         ]
         assert "test_decoding" in problem.what and "pg_drop_replication_slot" in problem.fix
-        with pytest.raises(pg_setup.SetupError, match="needs a logical pgoutput slot"):
+        with pytest.raises(SetupError, match="needs a logical pgoutput slot"):
             pg_setup.ensure_slot(pg_engine, slot)
     finally:
         pg_setup.drop_slot(pg_engine, slot)
@@ -798,15 +799,16 @@ def test_resolve_tables(dialect: PostgresDialect, pg_engine: sa.Engine, pg_schem
         f"CREATE TABLE {pg_schema}.orders_2 (id int PRIMARY KEY)",
         f'CREATE TABLE {pg_schema}."Orders" (id int PRIMARY KEY)',
     )
-    found = pg_setup.resolve_tables(
+    found = resolve_tables(
         dialect,
         [f'{pg_schema}."Orders"', rf"{pg_schema}\.orders_\d", f"{pg_schema}.orders_1"],
+        "public",
     )
     assert found == [
         TableId(pg_schema, "Orders"),
         TableId(pg_schema, "orders_1"),
         TableId(pg_schema, "orders_2"),
     ]
-    assert pg_setup.resolve_tables(dialect, [rf"{pg_schema}\.nothing.*"]) == []
+    assert resolve_tables(dialect, [rf"{pg_schema}\.nothing.*"], "public") == []
     with pytest.raises(TableError, match="does not exist"):
-        pg_setup.resolve_tables(dialect, [f"{pg_schema}.orders"])
+        resolve_tables(dialect, [f"{pg_schema}.orders"], "public")

@@ -52,7 +52,7 @@ from snapshotter.sources.mysql import reader as binlog_reader
 from snapshotter.sources.mysql.reader import BinlogReaderError
 from snapshotter.sources.postgres import reader as pg_reader
 from snapshotter.sources.postgres.decoder import PgOutputDecoder
-from snapshotter.sources.postgres.reader import LogReaderError, PgLogReader
+from snapshotter.sources.postgres.reader import PgLogReader, PgReaderError
 from tests.integration.engine_harness import Capture, mysql_connect
 from tests.integration.test_convergence import (
     Source,
@@ -411,7 +411,7 @@ def test_an_outage_past_the_bound_stops_the_engine_and_resume_converges(
         wait_for(worker.killed.is_set, f"the kill in chunk {KILL_IN_CHUNK}", engine=engine)
         expected: type[Exception] = engine_module.SourceUnavailableError
         if first == "log reader":
-            expected = LogReaderError if r.source.name == "postgres" else BinlogReaderError
+            expected = PgReaderError if r.source.name == "postgres" else BinlogReaderError
         with pytest.raises(expected) as stopped:
             engine.join(timeout=60)
         gave_up = time.monotonic() - worker.killed_at
@@ -599,7 +599,7 @@ def test_a_slot_dropped_while_the_stream_was_lost_is_an_error_at_once(stream: St
         stream.terminate(reader)
         stream.sql("SELECT pg_drop_replication_slot(%s)", (stream.slot,))
         began = time.monotonic()
-        with pytest.raises(LogReaderError, match=r"does not exist") as error:
+        with pytest.raises(PgReaderError, match=r"does not exist") as error:
             _read_until(reader, [], lambda: False, timeout=30)
         assert time.monotonic() - began < 5  # not after the 60 s bound
     finally:

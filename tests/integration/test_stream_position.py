@@ -396,7 +396,7 @@ def test_mysql_a_purged_binlog_stops_run_and_reset_stream_with_a_new_snapshot_co
     from snapshotter.sources.mysql.decoder import BinlogDecoder
     from snapshotter.sources.mysql.dialect import MySqlDialect
     from snapshotter.sources.mysql.reader import BinlogLogReader, BinlogReaderError
-    from snapshotter.stream_position import StreamPositionLost
+    from snapshotter.sources.positions import StreamPositionLost
 
     database = f"t_{uuid.uuid4().hex[:12]}"
     admin = mysql_connect(private_mariadb)

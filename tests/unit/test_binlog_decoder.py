@@ -36,7 +36,7 @@ from snapshotter.core.values import RawJson
 from snapshotter.sources.log import Change, Commit, LogItem, Notice, Progress, TableShape
 from snapshotter.sources.mysql import types as mt
 from snapshotter.sources.mysql.decoder import BinlogDecoder, BinlogError
-from snapshotter.sources.mysql.dialect import binlog_offset
+from snapshotter.sources.mysql.positions import binlog_offset
 
 FILE = "binlog.000007"
 NEXT_FILE = "binlog.000008"

@@ -43,7 +43,7 @@ from snapshotter.core.events import ChangeEvent, Op, Source
 from snapshotter.core.position import Position
 from snapshotter.sources.log import Change, Commit, LogItem, Notice, Progress, TableShape
 from snapshotter.sources.mysql import types as my_types
-from snapshotter.sources.mysql.dialect import binlog_file_number, binlog_offset
+from snapshotter.sources.mysql.positions import binlog_file_number, binlog_offset
 
 # The statements that change a table's definition (and commit implicitly).
 _DDL = re.compile(r"^\s*(ALTER|CREATE|DROP|RENAME|TRUNCATE)\b", re.IGNORECASE)

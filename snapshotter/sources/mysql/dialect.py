@@ -47,6 +47,7 @@ from snapshotter.sources.base import (
 )
 from snapshotter.sources.mysql import client as my_client
 from snapshotter.sources.mysql import types as my_types
+from snapshotter.sources.mysql.positions import binlog_end, binlog_offset
 from snapshotter.sources.query_guard import (
     CANCEL_TIMEOUT_S,
     DEFAULT_TIMEOUT_S,
@@ -119,34 +120,6 @@ def mysql_url(url: str | sa.URL) -> sa.URL:
     """``mysql://`` / ``mariadb://`` URLs with the pymysql driver snapshotter uses."""
     parsed = sa.make_url(url)
     return parsed.set(drivername="mysql+pymysql")
-
-
-def binlog_offset(file_name: str, position: int) -> int:
-    """A binlog coordinate as one integer that grows with the log: the file's sequence
-    number (``binlog.000042`` -> 42) in the high bits, the byte offset in the low 32."""
-    return (binlog_file_number(file_name) << 32) | position
-
-
-def binlog_file_number(file_name: str) -> int:
-    _, _, suffix = file_name.rpartition(".")
-    if not suffix.isdigit():
-        raise ValueError(f"binlog file name {file_name!r} does not end in a sequence number")
-    return int(suffix)
-
-
-def binlog_status(conn: sa.Connection) -> tuple[str, int] | None:
-    """The binlog file and position the server writes next; None when binary logging is
-    off. MySQL 8.4 removed ``SHOW MASTER STATUS`` for ``SHOW BINARY LOG STATUS`` (which
-    MariaDB before 10.5.2 lacks): try the new name first."""
-    for statement in ("SHOW BINARY LOG STATUS", "SHOW MASTER STATUS"):
-        try:
-            row = conn.exec_driver_sql(statement).first()
-        except sa.exc.ProgrammingError:
-            continue
-        if row is None:
-            return None
-        return str(row[0]), int(row[1])
-    return None
 
 
 class MySqlDialect:
@@ -727,11 +700,7 @@ class MySqlDialect:
 
     def binlog_start(self) -> dict[str, Any]:
         """Where a reader that starts now begins: the binlog's current end."""
-        with self.engine.connect() as conn:
-            status = binlog_status(conn)
-        if status is None:
-            raise TableError("binary logging is off on the source (log_bin=OFF)")
-        return {"file": status[0], "pos": status[1]}
+        return binlog_end(self.engine)
 
     def log_end(self) -> int:
         start = self.binlog_start()

@@ -38,8 +38,16 @@ from pymysqlreplication.event import (
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from snapshotter.core.position import Position
-from snapshotter.sources.log import Change, Commit, LogItem, Progress, TableShape
+from snapshotter.sources.log import (
+    Change,
+    Commit,
+    LogItem,
+    LogReaderError,
+    Progress,
+    TableShape,
+)
 from snapshotter.sources.mysql.decoder import BinlogDecoder, is_transaction_marker
+from snapshotter.sources.positions import LostPosition, StreamPositionLost
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +75,7 @@ _BATCH = 500
 _FATAL = {1236: "the server cannot send the binlog from there", 1045: "access denied"}
 
 
-class BinlogReaderError(RuntimeError):
+class BinlogReaderError(LogReaderError):
     """The binlog cannot be read; the message says why and what to do."""
 
 
@@ -193,8 +201,6 @@ class BinlogLogReader:
         if code == 1236:
             # The message of a lost position (what to run: reset-stream, execute-snapshot),
             # kept as the cause so that the CLI can name the config file and the tables.
-            from snapshotter.stream_position import LostPosition, StreamPositionLost
-
             lost = StreamPositionLost(
                 LostPosition(
                     f"the server cannot send the binlog from {where}: {detail}. The binlog "
