@@ -74,7 +74,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # run from a checkout without installing, like the tests
 
 from signals.names import TableId  # noqa: E402
-from snapshotter.sources.base import TableSchema  # noqa: E402
+from snapshotter.sources.base import ChunkSpec, TableSchema  # noqa: E402
 from snapshotter.sources.mysql.dialect import MySqlDialect  # noqa: E402
 from snapshotter.sources.postgres import types as pg_types  # noqa: E402
 from snapshotter.sources.postgres.dialect import PostgresDialect  # noqa: E402
@@ -367,7 +367,7 @@ def measure_postgres(url: str, rows: int, chunks: list[int], rounds: int) -> str
         assert upto is not None
 
         def dialect_chunk(after: tuple[Any, ...] | None, limit: int) -> pa.Table:
-            return dialect.read_chunk(table, KEYS, after, upto, None, limit).rows
+            return dialect.read_chunk(ChunkSpec(table, KEYS, after, upto, None, limit)).rows
 
         adbc = adbc_installed()
         missing = "adbc-driver-postgresql is not installed"
@@ -582,7 +582,7 @@ def measure_mysql(
             assert upto is not None
 
             def dialect_chunk(after: tuple[Any, ...] | None, limit: int) -> pa.Table:
-                return dialect.read_chunk(table, KEYS, after, upto, None, limit).rows
+                return dialect.read_chunk(ChunkSpec(table, KEYS, after, upto, None, limit)).rows
 
             have = mysqldb_module() is not None
             missing = "mysqlclient is not installed"

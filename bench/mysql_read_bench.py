@@ -59,7 +59,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # run from a checkout without installing, like the tests
 
 from signals.names import TableId  # noqa: E402
-from snapshotter.sources.base import TableSchema  # noqa: E402
+from snapshotter.sources.base import ChunkSpec, TableSchema  # noqa: E402
 from snapshotter.sources.mysql.dialect import MySqlDialect  # noqa: E402
 
 TABLE = "items"
@@ -332,7 +332,7 @@ def dialect_chunks(dialect: MySqlDialect, schema: TableSchema, chunk: int) -> Re
     total = 0
     chunks = 0
     while True:
-        read = dialect.read_chunk(schema, keys, after, upto, None, chunk)
+        read = dialect.read_chunk(ChunkSpec(schema, keys, after, upto, None, chunk))
         total += read.rows.num_rows
         chunks += 1
         if read.rows.num_rows < chunk or read.last_key is None:
@@ -602,7 +602,7 @@ def dialect_reading(dialect: MySqlDialect, schema: TableSchema) -> Reading:
     upto = dialect.max_key(schema, schema.primary_key, None)
     assert upto is not None
     try:
-        read = dialect.read_chunk(schema, schema.primary_key, None, upto, None, 1000)
+        read = dialect.read_chunk(ChunkSpec(schema, schema.primary_key, None, upto, None, 1000))
     except Exception as exc:  # one bad value fails the whole chunk
         error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:90]}"
         return Reading(None, {}, {c: f"whole chunk: {error}" for c in schema.column_names})

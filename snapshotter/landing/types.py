@@ -269,7 +269,7 @@ def _read_column(table: str, column: LandedColumn, rows: pa.Table) -> pa.Array:
     chunked = rows.column(column.name)
     array = chunked.chunk(0) if chunked.num_chunks == 1 else chunked.combine_chunks()
     if array.type != column.source_type:
-        # Not what the chunk reader promises (ChunkRead.rows holds the catalog types): go
+        # Not what the chunk reader promises (ChunkRows.rows holds the catalog types): go
         # the way of log rows, value by value, so the landed values are the same anyway.
         return _source_array(table, column, array.to_pylist())
     if pa.types.is_duration(array.type):

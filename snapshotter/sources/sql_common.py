@@ -1,8 +1,19 @@
-"""SQL pieces every dialect builds its queries from (SQLAlchemy Core: identifiers are always
-quoted by the library), and the turning of fetched rows into Arrow."""
+"""The chunk SQL, written once (SQLAlchemy Core: identifiers are always quoted by the
+library), and what both SQL dialects share around it: the statement cache, keys as state
+keeps them, the signal-table writes, the turning of fetched rows into Arrow.
+
+:class:`ChunkQueries` builds the three queries of a chunk — the maximum key, the chunk
+SELECT, and a chunk's bound (the key ``n`` rows on) — from one skeleton: select, the key
+range, the filter, key order, a row count. A dialect fills in three hooks: how a column is
+selected (``output``: PostgreSQL casts what its driver would read differently from the log,
+MySQL reads FLOAT as DOUBLE), how a key bound is compared (``key_range``: PostgreSQL's row
+comparison with each value cast to its column's type, MySQL's OR-expanded form MariaDB can
+range-scan), and the type of the count parameters (``count``).
+"""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from operator import itemgetter
 from typing import Any
@@ -10,8 +21,12 @@ from typing import Any
 import pyarrow as pa
 import sqlalchemy as sa
 
-from snapshotter.core.keys import Key
-from snapshotter.sources.base import TableError, TableSchema
+from signals import Watermark
+from signals.names import TableId
+from signals.table import delete_watermarks, insert_signal, watermark_rows
+from snapshotter.core.keys import Key, KeyCodecError, normalize_key
+from snapshotter.sources.base import ChunkSpec, ColumnInfo, TableError, TableSchema, error_chain
+from snapshotter.sources.query_guard import Outcome, QueryGuard, cancelled_error, timeout_error
 
 _MAX_CACHED_QUERIES = 256
 CHUNK_QUERY = "chunk query"  # what a chunk read is called in errors (and fault points)
@@ -41,18 +56,151 @@ def signal_filter(condition: str) -> sa.TextClause:
     return sa.text("(" + condition.replace(":", "\\:") + ")")
 
 
-def check_bounds(names: tuple[str, ...], after: Key | None, upto: Key) -> None:
-    for label, key in (("after", after), ("upto", upto)):
-        if key is not None and len(key) != len(names):
-            raise ValueError(f"{label} key {key!r} does not match key columns {names}")
+def count_params(spec: ChunkSpec, bound: bool) -> dict[str, int]:
+    """The row count of a chunk query (``:limit``) or of a bound query (``:skip``, the rows
+    passed over before the bound's)."""
+    return {"skip": spec.limit - 1} if bound else {"limit": spec.limit}
 
 
-def bound_params(after: Key | None, upto: Key, limit: int) -> dict[str, Any]:
-    """The chunk query's parameters: ``u<i>`` the upper key, ``a<i>`` the lower one."""
-    params: dict[str, Any] = {f"u{i}": v for i, v in enumerate(upto)}
-    params.update({f"a{i}": v for i, v in enumerate(after or ())})
-    params["limit"] = limit
-    return params
+def chunk_shape(spec: ChunkSpec, bound: bool) -> tuple[Any, ...]:
+    """What the SQL of ``spec``'s chunk (or bound) query depends on, for the statement
+    cache: not the key values or the row count, which are parameters."""
+    kind = "bound" if bound else "chunk"
+    return (kind, spec.schema, spec.key_columns, spec.after is not None, spec.condition)
+
+
+def checked_key(table: TableId, key: Sequence[Any], what: str) -> Key:
+    """``key`` as state keeps it; a TableError, not a failure to save state later, for a
+    value that cannot be kept."""
+    try:
+        return normalize_key(key)
+    except KeyCodecError as exc:
+        raise TableError(
+            f"table {table}: its {what} {tuple(key)!r} cannot be kept: {exc}"
+        ) from None
+
+
+class ChunkQueries(ABC):
+    """The max-key, chunk and bound queries of one table and key, for one dialect.
+
+    Key values are bound parameters: ``a<i>`` the lower bound (``after``), ``u<i>`` the
+    upper one (``upto``), as the dialect's ``key_range`` names them; the row count is
+    ``:limit`` (chunk) or ``:skip`` (bound)."""
+
+    def __init__(self, schema: TableSchema, key_columns: Sequence[str]) -> None:
+        self.schema = schema
+        self.key_columns = tuple(key_columns)
+        self.table = sa_table(schema)
+        self.keys = key_clauses(schema, self.table, self.key_columns)
+
+    # --- hooks ----------------------------------------------------------------------------
+
+    @abstractmethod
+    def output(self, column: ColumnInfo) -> sa.ColumnElement[Any]:
+        """``column`` as selected, under its own name."""
+
+    @abstractmethod
+    def key_range(self, prefix: str, lower: bool) -> sa.ColumnElement[bool]:
+        """``key > (:<prefix>0, ..)`` (lower) or ``key <= (:<prefix>0, ..)`` (upper), in a
+        form the database answers with one range of the key's index."""
+
+    @abstractmethod
+    def count(self, name: str) -> sa.BindParameter[Any]:
+        """The ``LIMIT`` / ``OFFSET`` parameter ``name``."""
+
+    # --- the queries ----------------------------------------------------------------------
+
+    def max_key(self, condition: str | None) -> sa.Select[Any]:
+        """The largest key under the filter (a backward scan of the key's index)."""
+        query = sa.select(*self._key_outputs()).select_from(self.table)
+        if condition is not None:
+            query = query.where(signal_filter(condition))
+        return query.order_by(*(k.desc() for k in self.keys)).limit(sa.literal_column("1"))
+
+    def chunk(self, has_after: bool, condition: str | None) -> sa.Select[Any]:
+        """Every column of the rows in the key range, in key order, ``:limit`` of them."""
+        outputs = [self.output(c) for c in self.schema.columns]
+        return self._in_range(outputs, has_after, condition).limit(self.count("limit"))
+
+    def bound(self, has_after: bool, condition: str | None) -> sa.Select[Any]:
+        """The key ``:skip`` rows past the first of the range: the chunk query's key range
+        and order, the key columns only (as ``max_key`` selects them), so the database walks
+        the key's index and stops there, sending one row."""
+        query = self._in_range(self._key_outputs(), has_after, condition)
+        return query.limit(sa.literal_column("1")).offset(self.count("skip"))
+
+    def of(self, spec: ChunkSpec, bound: bool) -> sa.Select[Any]:
+        """``spec``'s chunk query, or (``bound``) its bound query."""
+        has_after = spec.after is not None
+        return (self.bound if bound else self.chunk)(has_after, spec.condition)
+
+    def _key_outputs(self) -> list[sa.ColumnElement[Any]]:
+        return [self.output(self.schema.column(k)) for k in self.key_columns]
+
+    def _in_range(
+        self, outputs: Sequence[sa.ColumnElement[Any]], has_after: bool, condition: str | None
+    ) -> sa.Select[Any]:
+        query = sa.select(*outputs).select_from(self.table)
+        if has_after:
+            query = query.where(self.key_range("a", lower=True))
+        query = query.where(self.key_range("u", lower=False))
+        if condition is not None:
+            query = query.where(signal_filter(condition))
+        # ORDER BY the table's own columns (qualified), not the labels of cast ones.
+        return query.order_by(*self.keys)
+
+
+class SqlDialect(ABC):
+    """What the SQL dialects share beside the chunk SQL: the watermark rows of the signal
+    table (the same SQL for every database: ``signals.table``, through the dialect's
+    SQLAlchemy engine), the cancelling of reads, the errors of a guarded read, and the
+    error classification by the chain of causes. Hooks: ``engine`` and
+    ``_transient_error``."""
+
+    signal_table: TableId
+    chunk_timeout_s: float
+    _guard: QueryGuard  # time limit and cancellation of the max-key and chunk queries
+
+    @property
+    @abstractmethod
+    def engine(self) -> sa.Engine:
+        """The SQLAlchemy engine of the catalog and watermark connections."""
+
+    @staticmethod
+    @abstractmethod
+    def _transient_error(error: BaseException) -> bool:
+        """Whether ``error`` itself (one link of the chain) means a lost connection or a
+        server going away."""
+
+    def write_watermark(self, watermark: Watermark) -> None:
+        with self.engine.begin() as conn:
+            insert_signal(conn, self.signal_table, watermark)
+
+    def delete_watermarks(self, window_ids: Sequence[str]) -> int:
+        with self.engine.begin() as conn:
+            return delete_watermarks(conn, self.signal_table, window_ids)
+
+    def watermark_rows(self, after: str | None, limit: int) -> list[tuple[str, str]]:
+        with self.engine.connect() as conn:
+            return watermark_rows(conn, self.signal_table, after, limit)
+
+    def is_transient(self, exc: BaseException) -> bool:
+        return any(self._transient_error(error) for error in error_chain(exc))
+
+    def cancel_reads(self) -> None:
+        self._guard.cancel()
+
+    def allow_reads(self) -> None:
+        self._guard.allow()
+
+    def _outcome_error(
+        self, outcome: Outcome, table: TableId, what: str, filtered: bool
+    ) -> Exception:
+        """ReadCancelled for a query the guard cancelled on request; a TableError for one
+        past the time limit."""
+        if outcome is Outcome.CANCELLED:
+            return cancelled_error(what, table)
+        return timeout_error(what, table, self.chunk_timeout_s, filtered)
 
 
 def rows_to_arrow(

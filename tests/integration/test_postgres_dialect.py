@@ -19,7 +19,7 @@ from signals.table import create_signal_table, read_signals
 from snapshotter.core.keys import Key, decode_key, encode_key
 from snapshotter.core.values import RawJson
 from snapshotter.core.visibility import PgSnapshot
-from snapshotter.sources.base import ChunkReadError, TableError, TableSchema
+from snapshotter.sources.base import ChunkReadError, ChunkSpec, TableError, TableSchema
 from snapshotter.sources.postgres import setup as pg_setup
 from snapshotter.sources.postgres import types as pg_types
 from snapshotter.sources.postgres.dialect import PostgresDialect
@@ -63,7 +63,9 @@ def page_all(
     after: Key | None = None
     chunks = 0
     while True:
-        chunk = dialect.read_chunk(schema, schema.primary_key, after, upto, condition, limit)
+        chunk = dialect.read_chunk(
+            ChunkSpec(schema, schema.primary_key, after, upto, condition, limit)
+        )
         chunks += 1
         assert chunk.rows.schema == schema.arrow_schema()
         assert chunk.rows.num_rows <= limit
@@ -278,12 +280,16 @@ def test_a_filter_with_or_does_not_escape_the_key_range(
     dialect: PostgresDialect, orders: TableSchema, pg_engine: sa.Engine, pg_schema: str
 ) -> None:
     after, upto = (10, "k5"), (12, "k2zz")
-    chunk = dialect.read_chunk(orders, orders.primary_key, after, upto, "true OR k1 > 0", 1000)
+    chunk = dialect.read_chunk(
+        ChunkSpec(orders, orders.primary_key, after, upto, "true OR k1 > 0", 1000)
+    )
     keys = [(r["k1"], r["k2"]) for r in chunk.rows.to_pylist()]
     assert keys and all(after < k <= upto for k in keys)
     assert keys == sorted(keys)
     condition = "k2 LIKE 'k6%' OR k2 LIKE 'k1%'"
-    filtered = dialect.read_chunk(orders, orders.primary_key, after, upto, condition, 1000)
+    filtered = dialect.read_chunk(
+        ChunkSpec(orders, orders.primary_key, after, upto, condition, 1000)
+    )
     expected = reference_keys(
         pg_engine,
         f"SELECT k1, k2 FROM {pg_schema}.orders WHERE (k1, k2) > (10, 'k5') "
@@ -343,9 +349,13 @@ def test_chunk_query_is_an_index_range_scan(
     schema = dialect.describe(TableId(pg_schema, "big"))
     upto = dialect.max_key(schema, schema.primary_key, None)
     assert upto is not None
-    middle = dialect.read_chunk(schema, schema.primary_key, None, upto, None, 25_000).last_key
+    middle = dialect.read_chunk(
+        ChunkSpec(schema, schema.primary_key, None, upto, None, 25_000)
+    ).last_key
     for after in (None, middle):
-        plan = dialect.explain_chunk(schema, schema.primary_key, after, upto, "v > 0", 1000)
+        plan = dialect.explain_chunk(
+            ChunkSpec(schema, schema.primary_key, after, upto, "v > 0", 1000)
+        )
         assert "Index Scan using big_pkey" in plan, plan
         cond = next(line for line in plan.splitlines() if "Index Cond" in line)
         assert "ROW(k1, k2) <=" in cond, plan
@@ -364,20 +374,20 @@ def test_chunk_transaction_is_read_only(
     keys = orders.primary_key
     writes = f"pg_catalog.nextval('{pg_schema}.seq') > 0"
     with pytest.raises(TableError, match="read-only transaction"):
-        dialect.read_chunk(orders, keys, None, (99, "k9"), writes, 10)
+        dialect.read_chunk(ChunkSpec(orders, keys, None, (99, "k9"), writes, 10))
     with pytest.raises(TableError, match="read-only transaction"):
         dialect.max_key(orders, keys, writes)
     assert scalar(pg_engine, f"SELECT last_value FROM {pg_schema}.seq") == 1
     assert scalar(pg_engine, f"SELECT is_called FROM {pg_schema}.seq") is False
     # The connection is usable again after the refused statement.
-    assert dialect.read_chunk(orders, keys, None, (0, "k0"), None, 10).rows.num_rows == 1
+    assert dialect.read_chunk(ChunkSpec(orders, keys, None, (0, "k0"), None, 10)).rows.num_rows == 1
 
 
 def test_a_bad_filter_names_the_table_and_the_database_error(
     dialect: PostgresDialect, orders: TableSchema
 ) -> None:
     with pytest.raises(TableError, match=r'chunk query on table .*orders failed: column "nope"'):
-        dialect.read_chunk(orders, orders.primary_key, None, (99, "k9"), "nope = 1", 10)
+        dialect.read_chunk(ChunkSpec(orders, orders.primary_key, None, (99, "k9"), "nope = 1", 10))
     with pytest.raises(TableError, match=r"max-key query on table .*orders failed: .*syntax"):
         dialect.max_key(orders, orders.primary_key, "k1 = = 1")
 
@@ -389,9 +399,9 @@ def test_a_lost_connection_is_a_retryable_error_and_the_next_read_reconnects(
     pid = dialect._connection().backend_pid()
     assert scalar(pg_engine, "SELECT pg_terminate_backend(:pid)", pid=pid)
     with pytest.raises(ChunkReadError, match=r"chunk query on table .*orders failed: ") as error:
-        dialect.read_chunk(orders, keys, None, upto, None, 10)
+        dialect.read_chunk(ChunkSpec(orders, keys, None, upto, None, 10))
     assert not isinstance(error.value, TableError)
-    assert dialect.read_chunk(orders, keys, None, upto, None, 10).rows.num_rows == 10
+    assert dialect.read_chunk(ChunkSpec(orders, keys, None, upto, None, 10)).rows.num_rows == 10
 
 
 def test_visibility_is_the_chunk_snapshot(
@@ -402,7 +412,9 @@ def test_visibility_is_the_chunk_snapshot(
         xid = int(other.execute("SELECT pg_current_xact_id()::text").fetchone()[0])  # type: ignore[index]
         # A later transaction commits, so the open one is inside the snapshot's range.
         dialect.write_watermark(Watermark(str(uuid.uuid4()), WatermarkKind.OPEN))
-        chunk = dialect.read_chunk(orders, orders.primary_key, None, (0, "k9"), None, 100)
+        chunk = dialect.read_chunk(
+            ChunkSpec(orders, orders.primary_key, None, (0, "k9"), None, 100)
+        )
         other.rollback()
     assert isinstance(chunk.visibility, PgSnapshot)
     assert chunk.visibility.xmin <= xid < chunk.visibility.xmax
@@ -410,7 +422,7 @@ def test_visibility_is_the_chunk_snapshot(
     assert not chunk.visibility.sees(xid % (1 << 32))  # as pgoutput's 32-bit xid
     assert chunk.visibility.sees(xid + 1)  # the watermark's transaction had committed
     assert "uncommitted" not in chunk.rows.column("note").to_pylist()
-    later = dialect.read_chunk(orders, orders.primary_key, None, (0, "k9"), None, 100)
+    later = dialect.read_chunk(ChunkSpec(orders, orders.primary_key, None, (0, "k9"), None, 100))
     assert isinstance(later.visibility, PgSnapshot) and later.visibility.xmin > xid
 
 
@@ -462,7 +474,7 @@ def test_values_load_exactly_as_the_log_path_loads_them(
         + ")",
     )
     schema = dialect.describe(TableId(pg_schema, "v"))
-    chunk = dialect.read_chunk(schema, ("id",), None, (1,), None, 10)
+    chunk = dialect.read_chunk(ChunkSpec(schema, ("id",), None, (1,), None, 10))
     (row,) = chunk.rows.to_pylist()
     # What pgoutput sends is each type's output text; load it by the column's OID (as the
     # Relation message gives it) with the log decoder's transformer.
@@ -541,7 +553,7 @@ def test_binary_read_values_equal_the_log_text_loads(
     dialect = PostgresDialect(url, TableId(pg_schema, "debezium_signal"), "unused")
     try:
         schema = dialect.describe(TableId(pg_schema, "e"))
-        chunk = dialect.read_chunk(schema, ("id",), None, (99,), None, 100)
+        chunk = dialect.read_chunk(ChunkSpec(schema, ("id",), None, (99,), None, 100))
     finally:
         dialect.close()
     assert chunk.rows.schema == schema.arrow_schema()
@@ -605,7 +617,7 @@ def test_a_value_python_cannot_hold_fails_the_read_as_the_log_loaders_would(
     with pytest.raises(psycopg.DataError):
         pg_types.transformer().get_loader(schema.columns[1].type_code, 0).load(text)
     with pytest.raises(TableError, match="cannot represent"):
-        dialect.read_chunk(schema, ("id",), None, (1,), None, 10)
+        dialect.read_chunk(ChunkSpec(schema, ("id",), None, (1,), None, 10))
     run(pg_engine, f"CREATE TABLE {pg_schema}.xk (v {sql_type} PRIMARY KEY)")
     run(pg_engine, f"INSERT INTO {pg_schema}.xk VALUES ({value})")
     keyed = dialect.describe(TableId(pg_schema, "xk"))
@@ -625,10 +637,10 @@ def test_timestamptz_keys_are_utc_whatever_the_server_zone(
     schema = dialect.describe(TableId(pg_schema, "tt"))
     upto = dialect.max_key(schema, ("at",), None)
     assert upto == (datetime(2024, 10, 27, 0, 30, tzinfo=UTC),)
-    first = dialect.read_chunk(schema, ("at",), None, upto, None, 1)
+    first = dialect.read_chunk(ChunkSpec(schema, ("at",), None, upto, None, 1))
     assert first.last_key == (datetime(2024, 3, 31, 0, 30, tzinfo=UTC),)
     assert first.last_key[0].utcoffset() == timedelta(0)
-    rest = dialect.read_chunk(schema, ("at",), first.last_key, upto, None, 10)
+    rest = dialect.read_chunk(ChunkSpec(schema, ("at",), first.last_key, upto, None, 10))
     assert rest.rows.num_rows == 2
 
 
