@@ -15,7 +15,7 @@ from snapshotter.config import Config
 from snapshotter.core.state import EngineState
 from snapshotter.engine import Engine
 from snapshotter.sinks.base import Sink
-from snapshotter.sinks.jsonl import JsonlSink
+from snapshotter.sinks.factory import sink_for
 from snapshotter.sources.base import Dialect
 from snapshotter.sources.connector import connector_for
 from snapshotter.state_store import StateStore
@@ -54,7 +54,7 @@ def build_engine(
         config=config,
         dialect=dialect,
         open_reader=connector.reader_opener(dialect),
-        sink=sink or open_sink(config, dialect, key_names),
+        sink=sink or sink_for(config, dialect.describe, key_names),
         store=store,
         hooks=hooks,
         on_progress=on_progress,
@@ -63,34 +63,6 @@ def build_engine(
     )
     holder.append(engine)
     return engine, store
-
-
-def open_sink(
-    config: Config, dialect: Dialect, key_names: Callable[[TableId], Sequence[str]]
-) -> Sink:
-    """The configured sink (``[sink] kind``)."""
-    if config.sink.kind == "spark":
-        from snapshotter.sinks.spark import SparkSink
-
-        return SparkSink.from_config(config, describe=dialect.describe, key_columns=key_names)
-    if config.sink.kind == "kafka":
-        from snapshotter.sinks.kafka import KafkaSink
-
-        sink = config.sink
-        return KafkaSink(
-            bootstrap_servers=sink.bootstrap_servers,
-            topic_prefix=config.source.topic_prefix,
-            key_columns=key_names,
-            describe=dialect.describe,
-            partitions=sink.partitions,
-            replication=sink.replication,
-            schemas=sink.schemas,
-            json_as_text=sink.json_as_text,
-            settings=sink.kafka,
-            max_unflushed_bytes=sink.max_unacked_mb * 1024 * 1024,
-            client=sink.client,
-        )
-    return JsonlSink(config.sink.local_path, config.source.topic_prefix, key_columns=key_names)
 
 
 def open_dialect(config: Config) -> Dialect:
