@@ -79,11 +79,11 @@ from pymysqlreplication.row_event import (  # noqa: E402
 )
 
 from signals.names import TableId  # noqa: E402
-from snapshotter.dialects.mysql import binlog_offset  # noqa: E402
-from snapshotter.logs import binlog_reader  # noqa: E402
-from snapshotter.logs.base import Change, Commit, Progress  # noqa: E402
-from snapshotter.logs.binlog_decoder import BinlogDecoder  # noqa: E402
-from snapshotter.logs.binlog_reader import BinlogLogReader  # noqa: E402
+from snapshotter.sources.log import Change, Commit, Progress  # noqa: E402
+from snapshotter.sources.mysql import reader as binlog_reader  # noqa: E402
+from snapshotter.sources.mysql.decoder import BinlogDecoder  # noqa: E402
+from snapshotter.sources.mysql.positions import binlog_offset  # noqa: E402
+from snapshotter.sources.mysql.reader import BinlogLogReader  # noqa: E402
 
 CAPTURED = "captured"
 OTHER = "other"

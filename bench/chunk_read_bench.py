@@ -74,11 +74,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # run from a checkout without installing, like the tests
 
 from signals.names import TableId  # noqa: E402
-from snapshotter.dialects import pg_types  # noqa: E402
-from snapshotter.dialects.base import TableSchema  # noqa: E402
-from snapshotter.dialects.mysql import MySqlDialect  # noqa: E402
-from snapshotter.dialects.postgres import PostgresDialect  # noqa: E402
-from snapshotter.dialects.sql_common import rows_to_arrow  # noqa: E402
+from snapshotter.sources.base import ChunkSpec, TableSchema  # noqa: E402
+from snapshotter.sources.mysql.dialect import MySqlDialect  # noqa: E402
+from snapshotter.sources.postgres import types as pg_types  # noqa: E402
+from snapshotter.sources.postgres.dialect import PostgresDialect  # noqa: E402
+from snapshotter.sources.sql_common import rows_to_arrow  # noqa: E402
 
 DEFAULT_PG_URL = "postgresql://snapshotter:snapshotter@127.0.0.1:55432/snapshotter"
 DEFAULT_MYSQL_URL = "mysql://snapshotter:snapshotter@127.0.0.1:53306/snapshotter"
@@ -367,7 +367,7 @@ def measure_postgres(url: str, rows: int, chunks: list[int], rounds: int) -> str
         assert upto is not None
 
         def dialect_chunk(after: tuple[Any, ...] | None, limit: int) -> pa.Table:
-            return dialect.read_chunk(table, KEYS, after, upto, None, limit).rows
+            return dialect.read_chunk(ChunkSpec(table, KEYS, after, upto, None, limit)).rows
 
         adbc = adbc_installed()
         missing = "adbc-driver-postgresql is not installed"
@@ -532,8 +532,8 @@ def engine_snapshots(db_url: str, database: str, rows: int, chunk: int, rounds: 
     sys.path.insert(0, str(REPO / "bench"))
     import snapshot_bench as sb
 
-    from snapshotter.dialects import my_client
     from snapshotter.sinks.counting import CountingSink
+    from snapshotter.sources.mysql import client as my_client
 
     logging.getLogger("pymysqlreplication").setLevel(logging.ERROR)
     clients = my_client.available()
@@ -582,7 +582,7 @@ def measure_mysql(
             assert upto is not None
 
             def dialect_chunk(after: tuple[Any, ...] | None, limit: int) -> pa.Table:
-                return dialect.read_chunk(table, KEYS, after, upto, None, limit).rows
+                return dialect.read_chunk(ChunkSpec(table, KEYS, after, upto, None, limit)).rows
 
             have = mysqldb_module() is not None
             missing = "mysqlclient is not installed"

@@ -59,8 +59,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # run from a checkout without installing, like the tests
 
 from signals.names import TableId  # noqa: E402
-from snapshotter.dialects.base import TableSchema  # noqa: E402
-from snapshotter.dialects.mysql import MySqlDialect  # noqa: E402
+from snapshotter.sources.base import ChunkSpec, TableSchema  # noqa: E402
+from snapshotter.sources.mysql.dialect import MySqlDialect  # noqa: E402
 
 TABLE = "items"
 TYPES_TABLE = "types"
@@ -251,7 +251,7 @@ def machine(url: str) -> list[str]:
 
 
 def rows_to_arrow(schema: TableSchema, rows: list[tuple[Any, ...]]) -> pa.Table:
-    """As ``snapshotter.dialects.mysql._to_arrow``: one ``pa.array`` per column."""
+    """As ``snapshotter.sources.mysql.dialect._to_arrow``: one ``pa.array`` per column."""
     arrays = [
         pa.array(list(map(itemgetter(i), rows)), type=c.arrow_type)
         for i, c in enumerate(schema.columns)
@@ -332,7 +332,7 @@ def dialect_chunks(dialect: MySqlDialect, schema: TableSchema, chunk: int) -> Re
     total = 0
     chunks = 0
     while True:
-        read = dialect.read_chunk(schema, keys, after, upto, None, chunk)
+        read = dialect.read_chunk(ChunkSpec(schema, keys, after, upto, None, chunk))
         total += read.rows.num_rows
         chunks += 1
         if read.rows.num_rows < chunk or read.last_key is None:
@@ -577,9 +577,9 @@ def fill_fidelity_table(
 
 def binlog_reading(dialect: MySqlDialect, table: TableId, start: dict[str, Any], n: int) -> Reading:
     """The rows as the engine's log side decodes them (after values of the n inserts)."""
-    from snapshotter.logs.base import Change
-    from snapshotter.logs.binlog_decoder import BinlogDecoder
-    from snapshotter.logs.binlog_reader import BinlogLogReader
+    from snapshotter.sources.log import Change
+    from snapshotter.sources.mysql.decoder import BinlogDecoder
+    from snapshotter.sources.mysql.reader import BinlogLogReader
 
     decoder = BinlogDecoder("bench", captured=lambda t: t == table, key_columns=lambda t: ("id",))
     reader = BinlogLogReader(dialect.connect_args(), server_id=6198, decoder=decoder, start=start)
@@ -602,7 +602,7 @@ def dialect_reading(dialect: MySqlDialect, schema: TableSchema) -> Reading:
     upto = dialect.max_key(schema, schema.primary_key, None)
     assert upto is not None
     try:
-        read = dialect.read_chunk(schema, schema.primary_key, None, upto, None, 1000)
+        read = dialect.read_chunk(ChunkSpec(schema, schema.primary_key, None, upto, None, 1000))
     except Exception as exc:  # one bad value fails the whole chunk
         error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:90]}"
         return Reading(None, {}, {c: f"whole chunk: {error}" for c in schema.column_names})

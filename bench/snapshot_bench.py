@@ -58,13 +58,14 @@ from snapshotter.cli import main as cli_main  # noqa: E402
 from snapshotter.config import Config, SourceConfig, load_config  # noqa: E402
 from snapshotter.core.events import Op  # noqa: E402
 from snapshotter.core.state import EngineState, StreamState  # noqa: E402
-from snapshotter.dialects import pg_setup, pg_types  # noqa: E402
-from snapshotter.dialects.mysql import MySqlDialect, mysql_url  # noqa: E402
 from snapshotter.engine.state_store import StateStore  # noqa: E402
 from snapshotter.engine.workers import PhaseHooks  # noqa: E402
 from snapshotter.runner import StopFlag, run_engine, state_path  # noqa: E402
 from snapshotter.sinks.base import Sink  # noqa: E402
 from snapshotter.sinks.counting import CountingSink  # noqa: E402
+from snapshotter.sources.mysql.dialect import MySqlDialect, mysql_url  # noqa: E402
+from snapshotter.sources.postgres import setup as pg_setup  # noqa: E402
+from snapshotter.sources.postgres import types as pg_types  # noqa: E402
 
 TABLE = "items"
 TICKER_TABLE = "ticker"

@@ -82,8 +82,8 @@ import snapshot_bench as sb  # noqa: E402
 
 from signals.names import TableId  # noqa: E402
 from snapshotter.config import SinkConfig, SparkConfig  # noqa: E402
-from snapshotter.dialects.mysql import MySqlDialect  # noqa: E402
 from snapshotter.landing.types import BATCH, META_FIELDS  # noqa: E402
+from snapshotter.sources.mysql.dialect import MySqlDialect  # noqa: E402
 
 CHILD_FLAG = "--child"
 CHILD_TIMEOUT_S = 3600.0

@@ -24,10 +24,11 @@ from snapshotter import __version__
 from snapshotter.config import Config, ConfigError, load_config
 from snapshotter.connect import create_engine
 from snapshotter.core.state import StateError
-from snapshotter.dialects.base import TableError as TableErrorBase
 from snapshotter.engine.state_store import StateStore
 from snapshotter.errors import explain
 from snapshotter.redact import RedactingFilter, Redactor, mask_url, setting_secrets, url_secrets
+from snapshotter.sources.base import TableError as TableErrorBase
+from snapshotter.sources.connector import Connector, connector_for, saved_position_text
 
 if TYPE_CHECKING:
     from snapshotter.stream_position import ResetPlan
@@ -76,10 +77,39 @@ def _connect(config: Config) -> sa.Engine:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
+    """Signal table, prerequisites, then what the source's log reader needs (the connector's
+    ``create_capture``: PostgreSQL's publication, then slot); where the log keeps no position
+    of ours (MySQL), the position the first run streams from, saved in the state (so signals
+    sent between ``init`` and ``run`` are not missed)."""
+    from snapshotter.sources.base import TableError
+    from snapshotter.sources.setup_common import SetupError
+
     config = _config(args)
-    if config.source.kind == "mysql":
-        return _init_mysql(config, args.config)
-    return _init_postgres(config, args.config)
+    source = config.source
+    connector = connector_for(source)
+    engine = _connect(config)
+    refused = _create_signal_table(engine, config, connector)
+    try:
+        setup = connector.check_setup(engine)
+    except TableError as exc:
+        raise CliError(f"source.tables: {exc}", code=2) from None
+    if not source.tables:
+        err.print("[yellow]warning:[/yellow] source.tables is empty: no table can be snapshotted")
+    out.print(escape(f"captured tables: {', '.join(map(str, setup.tables)) or '(none yet)'}"))
+    _print_problems(refused + setup.problems)
+    try:
+        capture = connector.create_capture(engine, setup.tables)
+    except TableError as exc:
+        raise CliError(f"source.tables: {exc}", code=2) from None
+    except SetupError as exc:
+        raise CliError(str(exc)) from None
+    for warning in capture.warnings:
+        err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+    for line in capture.done:
+        out.print(escape(line))
+    if capture.start is None or _save_start(config, connector, capture.start):
+        _warn_if_position_lost(config, args.config)
+    return 0
 
 
 def _print_problems(problems: Sequence[Any]) -> None:
@@ -91,106 +121,32 @@ def _print_problems(problems: Sequence[Any]) -> None:
         raise CliError("prerequisites not met; fix the errors above and run init again")
 
 
-def _init_mysql(config: Config, config_path: str) -> int:
-    """Signal table, prerequisites (binlog settings, privileges), then the binlog position
-    the first run streams from, saved in the state (so signals sent between ``init`` and
-    ``run`` are not missed)."""
-    from snapshotter.dialects import my_setup, pg_setup
-    from snapshotter.dialects.base import TableError
-    from snapshotter.dialects.mysql import MySqlDialect
+def _save_start(config: Config, connector: Connector, start: dict[str, Any]) -> bool:
+    """Save ``start`` as where the first run streams from, unless the state has a saved
+    position already (kept: init never moves a stream on); whether it had one."""
     from snapshotter.runner import state_path
 
-    source = config.source
-    engine = _connect(config)
-    signal_table = source.signal_table_id
-    refused = _create_signal_table(engine, config)
-    dialect = MySqlDialect(engine.url, signal_table=signal_table)
-    try:
-        tables = [
-            t
-            for t in pg_setup.resolve_tables(dialect, source.tables, source.default_schema)
-            if t != signal_table
-        ]
-        if not source.tables:
-            err.print(
-                "[yellow]warning:[/yellow] source.tables is empty: no table can be snapshotted"
-            )
-        out.print(escape(f"captured tables: {', '.join(map(str, tables)) or '(none yet)'}"))
-        _print_problems(
-            refused + my_setup.check_prerequisites(engine, client_server_id=source.server_id)
-        )
-        for table in tables:
-            if not dialect.describe(table).primary_key:
-                err.print(
-                    f"[yellow]warning:[/yellow] {escape(str(table))} has no primary key: "
-                    'snapshot it with a "surrogate-key" (a NOT NULL column with a unique index)'
-                )
-        start = dialect.binlog_start()
-    except TableError as exc:
-        raise CliError(f"source.tables: {exc}", code=2) from None
-    finally:
-        dialect.close()
     config.state.dir.mkdir(parents=True, exist_ok=True)
     try:
         with StateStore(state_path(config)) as store:
             state = store.load()
-            if state.stream.resume.get("file"):
-                resume = state.stream.resume
-                out.print(
-                    escape(f"binlog position: {resume['file']} at {resume['pos']} (saved before)")
-                )
-                _warn_if_position_lost(config, config_path)
-                return 0
+            saved = state.stream.resume
+            if connector.has_saved_position(saved):
+                out.print(escape(f"stream position: {saved_position_text(saved)} (saved before)"))
+                return True
             state.stream.resume = start
             store.save(state)
     except StateError as exc:
         raise CliError(str(exc)) from None
-    out.print(escape(f"binlog position: {start['file']} at {start['pos']} (saved in the state)"))
-    return 0
+    out.print(escape(f"stream position: {saved_position_text(start)} (saved in the state)"))
+    return False
 
 
-def _init_postgres(config: Config, config_path: str) -> int:
-    """Signal table, then prerequisites, then publication, then slot (the slot last: it
-    starts keeping WAL the moment it exists, and must see the publication)."""
-    from snapshotter.dialects import pg_setup
-    from snapshotter.dialects.base import TableError
-    from snapshotter.dialects.postgres import PostgresDialect
-
-    source = config.source
-    engine = _connect(config)
-    signal_table = source.signal_table_id
-    refused = _create_signal_table(engine, config)
-    dialect = PostgresDialect(engine.url, signal_table=signal_table, publication=source.publication)
-    try:
-        tables = [
-            t
-            for t in pg_setup.resolve_tables(dialect, source.tables, source.default_schema)
-            if t != signal_table  # only inserts of it matter: no replica identity needed
-        ]
-    except TableError as exc:
-        raise CliError(f"source.tables: {exc}", code=2) from None
-    finally:
-        dialect.close()
-    if not source.tables:
-        err.print("[yellow]warning:[/yellow] source.tables is empty: no table can be snapshotted")
-    out.print(escape(f"captured tables: {', '.join(map(str, tables)) or '(none yet)'}"))
-    _print_problems(refused + pg_setup.check_prerequisites(engine, tables, source.slot))
-    try:
-        change = pg_setup.ensure_publication(engine, source.publication, [*tables, signal_table])
-        out.print(escape(str(change)))
-        slot = pg_setup.ensure_slot(engine, source.slot)
-    except pg_setup.SetupError as exc:
-        raise CliError(str(exc)) from None
-    out.print(escape(f"replication slot {source.slot}: {slot}"))
-    _warn_if_position_lost(config, config_path)
-    return 0
-
-
-def _create_signal_table(engine: sa.Engine, config: Config) -> list[Any]:
+def _create_signal_table(engine: sa.Engine, config: Config, connector: Connector) -> list[Any]:
     """Create the signal table (unless it exists). A privilege the user lacks is a problem
     printed with the prerequisites, so one `init` names everything to fix."""
-    from snapshotter.dialects.pg_setup import Problem
     from snapshotter.errors import is_privilege_error, source_reason
+    from snapshotter.sources.setup_common import Problem
 
     table = config.source.signal_table_id
     try:
@@ -199,11 +155,7 @@ def _create_signal_table(engine: sa.Engine, config: Config) -> list[Any]:
     except sa.exc.DBAPIError as exc:
         if not is_privilege_error(exc):
             raise
-        user = engine.url.username or "the configured user"
-        if config.source.kind == "mysql":
-            grant = f"GRANT CREATE, INSERT, SELECT ON `{table.schema}`.* TO '{user}'@'%'"
-        else:
-            grant = f'GRANT CREATE ON SCHEMA "{table.schema}" TO "{user}"'
+        grant = connector.signal_table_grant(engine.url.username or "the configured user")
         return [
             Problem(
                 what=f"cannot create the signal table {table}: {source_reason(exc)}",
@@ -219,7 +171,8 @@ def _warn_if_position_lost(config: Config, config_path: str) -> None:
     """After init: say so when the saved state resumes from a position that is gone (a slot
     init has just created again, a purged binlog), since `run` will refuse it."""
     from snapshotter.runner import open_dialect, state_path
-    from snapshotter.stream_position import StreamPositionLost, check_saved_position
+    from snapshotter.sources.positions import StreamPositionLost
+    from snapshotter.stream_position import check_saved_position
 
     path = state_path(config)
     if not path.exists():
@@ -260,26 +213,28 @@ def cmd_reset_stream(args: argparse.Namespace) -> int:
     """Stream from the current end of the log: a new slot (PostgreSQL) or the binlog's end
     (MySQL) in the state, unfinished snapshots stopped; then snapshot the tables again."""
     from snapshotter import stream_position as sp
-    from snapshotter.dialects.pg_setup import SetupError
     from snapshotter.engine.state_store import StateLockedError
-    from snapshotter.runner import open_dialect, state_path
+    from snapshotter.runner import state_path
+    from snapshotter.sources.positions import execute_snapshot_command
+    from snapshotter.sources.setup_common import SetupError
 
     config = _config(args)
+    connector = connector_for(config.source)
     engine = _connect(config)
     path = state_path(config)
     try:
         with StateStore(path) as store:
             state = store.load()
-            old = sp.saved_position_text(state.stream.resume)
-            dialect = open_dialect(config)
+            old = saved_position_text(state.stream.resume)
+            dialect = connector.open_dialect()
             try:
                 plan = sp.plan_reset(config, engine, dialect, state)
                 _print_reset_plan(path, plan)
                 _confirm(args, "Reset the stream position?")
-                start = sp.move_to_log_end(config, engine, dialect)
+                start = connector.move_to_log_end(engine, dialect)
             finally:
                 dialect.close()
-            new = sp.saved_position_text(start.resume)
+            new = saved_position_text(start.resume)
             stopped = sp.reset_state(
                 state,
                 start.resume,
@@ -302,12 +257,12 @@ def cmd_reset_stream(args: argparse.Namespace) -> int:
     if state.paused:
         out.print("the engine is paused (pause-snapshot): new snapshots wait for resume-snapshot")
     out.print("snapshot the tables again (their changes before the new start may be missing):")
-    out.print(escape(f"  {sp.execute_snapshot_command(args.config, plan.tables)}"))
+    out.print(escape(f"  {execute_snapshot_command(args.config, plan.tables)}"))
     return 0
 
 
 def _print_reset_plan(path: Path, plan: ResetPlan) -> None:
-    from snapshotter.stream_position import size_text
+    from snapshotter.sources.positions import size_text
 
     if plan.problem is not None:
         out.print(escape(f"state {path} resumes from {plan.saved}, which is gone: {plan.problem}"))
@@ -341,23 +296,22 @@ def cmd_teardown(args: argparse.Namespace) -> int:
     import contextlib
 
     from snapshotter import stream_position as sp
-    from snapshotter.dialects.pg_setup import SetupError
     from snapshotter.engine.state_store import StateLockedError
     from snapshotter.runner import state_path
+    from snapshotter.sources.setup_common import SetupError
 
     config = _config(args)
     source = config.source
+    connector = connector_for(source)
     engine = _connect(config)
     path = state_path(config)
-    objects = [f"signal table {source.signal_table_id}"]
-    if source.kind == "postgres":
-        objects[:0] = [f"replication slot {source.slot}", f"publication {source.publication}"]
+    objects = [*connector.capture_objects(), f"signal table {source.signal_table_id}"]
     url = mask_url(config.source.url)
     # No state directory, no engine that could be using it: nothing to lock (or create).
     lock: Any = StateStore(path) if config.state.dir.exists() else contextlib.nullcontext()
     try:
         with lock:
-            sp.refuse_active_slot(config, engine)
+            connector.refuse_drop(engine)
             out.print(escape(f"teardown drops {', '.join(objects)} at {url}"))
             out.print(
                 "other captures or Debezium connectors that share the publication or the "
@@ -424,7 +378,7 @@ def cmd_signal(args: argparse.Namespace) -> int:
         new_signal_id(),
         args.kind,
         json.dumps(_signal_data(args)),
-        dollar_quotes=config.source.kind == "postgres",
+        dollar_quotes=connector_for(config.source).dollar_quotes,
     )
     if isinstance(parsed, SignalError):
         raise CliError(f"not sent: {printable(parsed.problem)}", code=2)
@@ -530,12 +484,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.command == "resume":
         _announce_resume(config)
     from snapshotter.engine.state_store import StateLockedError
-    from snapshotter.logs.binlog_reader import BinlogReaderError
-    from snapshotter.logs.pg_reader import LogReaderError
     from snapshotter.progress import live_progress
     from snapshotter.runner import StopFlag, run_engine
     from snapshotter.sinks.jsonl import JsonlSinkError
-    from snapshotter.stream_position import StreamPositionLost
+    from snapshotter.sources.log import LogReaderError
+    from snapshotter.sources.positions import StreamPositionLost
 
     stop = StopFlag()
     stop.install()
@@ -548,12 +501,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise CliError(f"{exc}; is another `snapshotter run` using {config.state.dir}?") from None
     except StreamPositionLost as exc:  # checked before the log reader opened
         raise CliError(str(exc.for_config(args.config))) from None
-    except BinlogReaderError as exc:
-        if isinstance(exc.__cause__, StreamPositionLost):  # purged while the engine ran
+    except LogReaderError as exc:
+        if isinstance(exc.__cause__, StreamPositionLost):  # lost while the engine ran
             tables = _tables_to_snapshot(config)
             raise CliError(str(exc.__cause__.for_config(args.config, tables))) from None
-        raise CliError(str(exc)) from None
-    except (StateError, ValueError, OSError, LogReaderError, JsonlSinkError) as exc:
+        raise CliError(explain(exc, config.source.url).text) from None
+    except (StateError, ValueError, OSError, JsonlSinkError) as exc:
         raise CliError(explain(exc, config.source.url).text) from None
     _print_summary(config)
     return code
@@ -595,8 +548,6 @@ def _announce_resume(config: Config) -> None:
             code=2,
         )
     state = StateStore(path).load()
-    from snapshotter.stream_position import saved_position_text
-
     out.print(
         escape(
             f"resuming from {path}: stream position "
@@ -744,8 +695,8 @@ def _verify_jsonl(config: Config, names: Sequence[str], *, as_json: bool) -> int
     or fails."""
     from signals.names import TableNameError
     from snapshotter.convergence import check_table, tables_to_verify
-    from snapshotter.dialects.base import TableError
     from snapshotter.runner import open_dialect
+    from snapshotter.sources.base import TableError
     from snapshotter.verify import VerifyError, verdict_json
 
     dialect = open_dialect(config)
@@ -782,9 +733,9 @@ def _verify_landed(config: Config, names: Sequence[str], *, as_json: bool) -> in
     """Each table against its landed current state; a table that cannot be compared is
     reported and the others still are. Exit 1 if any diverges or fails."""
     from signals.names import TableNameError
-    from snapshotter.dialects.base import TableError
     from snapshotter.landing.lander import LandingError
     from snapshotter.landing.verify import verify_landed
+    from snapshotter.sources.base import TableError
     from snapshotter.verify import VerifyError
 
     failed = False

@@ -12,7 +12,8 @@ from typing import Any
 
 from signals.names import TableId, TablePattern, parse_table_name, parse_table_selector
 from snapshotter.config import Config
-from snapshotter.dialects.base import Dialect
+from snapshotter.sources.base import Dialect
+from snapshotter.sources.setup_common import resolve_tables
 from snapshotter.verify import Verdict, VerifyError, compare, materialize
 
 
@@ -21,8 +22,6 @@ def tables_to_verify(config: Config, dialect: Dialect, names: Sequence[str]) -> 
     names, every table ``source.tables`` selects, both those at the source now and those the
     state has snapshotted (a table dropped since is reported, not skipped). The signal table
     is not verified."""
-    from snapshotter.dialects.pg_setup import resolve_tables
-
     source = config.source
     default = source.default_schema
     if names:

@@ -4,44 +4,27 @@ use it to run an engine in a thread with phase hooks."""
 
 from __future__ import annotations
 
-import logging
-import random
 import signal
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import sqlalchemy as sa
-
-from signals.names import TableId, parse_table_selector
 from snapshotter.config import Config
-from snapshotter.connect import sqlalchemy_url
 from snapshotter.core.state import EngineState
-from snapshotter.dialects.base import Dialect
-from snapshotter.dialects.postgres import PostgresDialect
 from snapshotter.engine import Engine, KeyCatalog
 from snapshotter.engine.state_store import StateStore
 from snapshotter.engine.workers import PhaseHooks
-from snapshotter.logs.base import LogReader
-from snapshotter.logs.pg_decoder import PgOutputDecoder
-from snapshotter.logs.pg_reader import PgLogReader
 from snapshotter.sinks.base import Sink
-from snapshotter.sinks.jsonl import JsonlSink
+from snapshotter.sinks.factory import sink_for
+from snapshotter.sources.base import Dialect
+from snapshotter.sources.connector import connector_for
+from snapshotter.stream_position import check_before_streaming
 
 STATE_FILE = "state.json"
-
-log = logging.getLogger(__name__)
 
 
 def state_path(config: Config) -> Path:
     return config.state.dir / STATE_FILE
-
-
-def libpq_url(config: Config) -> str:
-    """The source URL as libpq (psycopg) takes it."""
-    url = sa.make_url(config.source.url).set(drivername="postgresql")
-    return url.render_as_string(hide_password=False)
 
 
 def build_engine(
@@ -54,162 +37,33 @@ def build_engine(
 ) -> tuple[Engine, StateStore]:
     """The engine for ``config``; it loads state from ``store`` at once, so pass a store
     whose lock is held (``run_engine`` does) unless only inspecting."""
-    source = config.source
-    dialect = open_dialect(config)
+    connector = connector_for(config.source)
+    dialect = connector.open_dialect()
     store = store or StateStore(state_path(config))
     # Built first: the sinks ask it for key names, and the engine keeps it current.
-    keys = KeyCatalog(dialect.describe, source.signal_table_id)
-    open_reader = (
-        _binlog_reader_opener(config, dialect)
-        if source.kind == "mysql"
-        else _pg_reader_opener(config, dialect)
-    )
+    keys = KeyCatalog(dialect.describe, config.source.signal_table_id)
+    # Before anything opens: a saved position the source no longer has (a slot dropped,
+    # invalidated, or created again; a binlog file purged) is an error that says what to
+    # do, never a silent start elsewhere (PostgreSQL would start a slot at its own position).
+    check_before_streaming(config, dialect, state_path(config))
     engine = Engine(
         config=config,
         dialect=dialect,
-        open_reader=open_reader,
-        sink=sink or open_sink(config, dialect, keys.key_names),
+        open_reader=connector.reader_opener(dialect),
+        sink=sink or sink_for(config, dialect.describe, keys.key_names),
         store=store,
         keys=keys,
         hooks=hooks,
         on_progress=on_progress,
         # One more dialect (connection, statement guard) per extra chunk worker.
-        open_dialect=lambda: open_dialect(config),
+        open_dialect=connector.open_dialect,
     )
     return engine, store
 
 
-def open_sink(
-    config: Config, dialect: Dialect, key_names: Callable[[TableId], Sequence[str]]
-) -> Sink:
-    """The configured sink (``[sink] kind``)."""
-    if config.sink.kind == "spark":
-        from snapshotter.sinks.spark import SparkSink
-
-        return SparkSink.from_config(config, describe=dialect.describe, key_columns=key_names)
-    if config.sink.kind == "kafka":
-        from snapshotter.sinks.kafka import KafkaSink
-
-        sink = config.sink
-        return KafkaSink(
-            bootstrap_servers=sink.bootstrap_servers,
-            topic_prefix=config.source.topic_prefix,
-            key_columns=key_names,
-            describe=dialect.describe,
-            partitions=sink.partitions,
-            replication=sink.replication,
-            schemas=sink.schemas,
-            json_as_text=sink.json_as_text,
-            settings=sink.kafka,
-            max_unflushed_bytes=sink.max_unacked_mb * 1024 * 1024,
-            client=sink.client,
-        )
-    return JsonlSink(config.sink.local_path, config.source.topic_prefix, key_columns=key_names)
-
-
 def open_dialect(config: Config) -> Dialect:
     """The dialect of the configured source (close it when done)."""
-    source = config.source
-    if source.kind == "mysql":
-        from snapshotter.dialects.mysql import MySqlDialect
-
-        return MySqlDialect(
-            source.url,
-            signal_table=source.signal_table_id,
-            chunk_timeout_s=source.chunk_timeout_s,
-        )
-    return PostgresDialect(
-        sqlalchemy_url(source),
-        signal_table=source.signal_table_id,
-        publication=source.publication,
-        chunk_timeout_s=source.chunk_timeout_s,
-    )
-
-
-def binlog_server_id(config: Config) -> int:
-    """The configured replication client id, or a random one in 5400..6399 (Debezium's
-    habit) when unset."""
-    chosen = config.source.server_id
-    return chosen if chosen is not None else random.randrange(5400, 6400)
-
-
-def _binlog_reader_opener(
-    config: Config, dialect: Dialect
-) -> Callable[[Mapping[str, Any], Callable[[TableId], Sequence[str] | None]], LogReader]:
-    from snapshotter.dialects.mysql import MySqlDialect
-    from snapshotter.logs.binlog_decoder import BinlogDecoder
-    from snapshotter.logs.binlog_reader import BinlogLogReader
-    from snapshotter.stream_position import check_before_streaming
-
-    assert isinstance(dialect, MySqlDialect)
-    source = config.source
-    # Before anything opens: a saved binlog position the server no longer has is an error
-    # that says what to do, never a silent start elsewhere.
-    check_before_streaming(config, dialect, state_path(config))
-    selectors = [
-        s.with_default_schema(source.default_schema) if isinstance(s, TableId) else s
-        for s in map(parse_table_selector, source.tables)
-    ]
-    signal_table = source.signal_table_id
-
-    def captured(table: TableId) -> bool:
-        return table == signal_table or any(
-            s == table if isinstance(s, TableId) else s.matches(table) for s in selectors
-        )
-
-    def open_reader(
-        resume: Mapping[str, Any], key_columns: Callable[[TableId], Sequence[str] | None]
-    ) -> LogReader:
-        start = dict(resume)
-        if not start.get("file"):
-            start = dict(dialect.binlog_start())
-            log.warning(
-                "no saved binlog position (snapshotter init records one): streaming from "
-                "the current end of the binlog, %s at %s",
-                start["file"],
-                start["pos"],
-            )
-        decoder = BinlogDecoder(
-            source.topic_prefix,
-            captured=captured,
-            key_columns=key_columns,
-            column_types=dialect.catalog_types,
-        )
-        return BinlogLogReader(
-            dialect.connect_args(),
-            server_id=binlog_server_id(config),
-            decoder=decoder,
-            start=start,
-        )
-
-    return open_reader
-
-
-def _pg_reader_opener(
-    config: Config, dialect: Dialect
-) -> Callable[[Mapping[str, Any], Callable[[TableId], Sequence[str] | None]], LogReader]:
-    from snapshotter.stream_position import check_before_streaming
-
-    source = config.source
-    # Before anything opens: PostgreSQL would start a dropped-and-recreated or moved-on slot
-    # at its own position, skipping changes without a word; a lost slot is no better.
-    check_before_streaming(config, dialect, state_path(config))
-
-    def open_reader(
-        resume: Mapping[str, Any], key_columns: Callable[[TableId], Sequence[str] | None]
-    ) -> LogReader:
-        decoder = PgOutputDecoder(
-            name=source.topic_prefix, database=dialect.database, key_columns=key_columns
-        )
-        return PgLogReader(
-            libpq_url(config),
-            slot=source.slot,
-            publication=source.publication,
-            decoder=decoder,
-            start_lsn=int(resume.get("lsn", 0)),
-        )
-
-    return open_reader
+    return connector_for(config.source).open_dialect()
 
 
 class StopFlag:

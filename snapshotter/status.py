@@ -17,7 +17,7 @@ from typing import Any
 from signals.display import printable
 from snapshotter.core.keys import Key
 from snapshotter.core.state import EngineState
-from snapshotter.stream_position import saved_position_text
+from snapshotter.sources.connector import saved_position_text
 
 
 def _interval(value: dt.timedelta) -> str:

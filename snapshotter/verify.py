@@ -29,8 +29,8 @@ from psycopg.rows import tuple_row
 
 from signals.names import TableId
 from snapshotter.core.values import UNAVAILABLE_VALUE
-from snapshotter.dialects import pg_types
 from snapshotter.sinks.jsonl import encode_row
+from snapshotter.sources.postgres import types as pg_types
 
 # Debezium's unavailable-value placeholder as text, and with it (a binary column of a Kafka
 # message with schemas) its bytes in base64.
@@ -237,7 +237,7 @@ def read_table_rows(
         if mine is not engine.get_loader(loaded_as, pq.Format.TEXT):
             raise ValueError(
                 f"column {name!r} would not load as the engine loads it: open the connection "
-                "with context=snapshotter.dialects.pg_types.LoadContext()"
+                "with context=snapshotter.sources.postgres.types.LoadContext()"
             )
     selected = sql.SQL(", ").join(
         sql.Identifier(name)

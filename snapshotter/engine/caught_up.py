@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from snapshotter.engine.checkpointer import Checkpointer
 from snapshotter.engine.retry import SourceRetry
-from snapshotter.logs.base import LogReader
+from snapshotter.sources.log import LogReader
 
 # How often the reader is asked for a progress report while the log end is not reached.
 PROGRESS_REQUEST_S = 0.2

@@ -24,8 +24,8 @@ from snapshotter.core.events import ChangeEvent, Op
 from snapshotter.core.keys import Key
 from snapshotter.core.state import SnapshotStatus, TableProgress
 from snapshotter.core.window import buffer_key
-from snapshotter.dialects.base import TableSchema
-from snapshotter.logs.base import TableShape
+from snapshotter.sources.base import TableSchema
+from snapshotter.sources.log import TableShape
 
 SIGNAL_TABLE_KEY = ("id",)
 

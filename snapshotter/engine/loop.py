@@ -37,7 +37,6 @@ from snapshotter.core.position import Position
 from snapshotter.core.state import EngineState, SignalProblem, SnapshotStatus
 from snapshotter.core.visibility import RecentTransactions
 from snapshotter.core.window import WindowOrderError
-from snapshotter.dialects.base import Dialect
 from snapshotter.engine.caught_up import CaughtUp
 from snapshotter.engine.checkpointer import Checkpointer
 from snapshotter.engine.key_catalog import KeyCatalog
@@ -57,8 +56,9 @@ from snapshotter.engine.workers import (
     WorkerPool,
 )
 from snapshotter.faults import failpoint
-from snapshotter.logs.base import Change, Commit, LogItem, LogReader, Notice, Progress, TableShape
 from snapshotter.sinks.base import Sink, SinkItem
+from snapshotter.sources.base import Dialect
+from snapshotter.sources.log import Change, Commit, LogItem, LogReader, Notice, Progress, TableShape
 
 log = logging.getLogger("snapshotter.engine")
 # Log lines carry text from signal rows (ids, messages, table names, filters): escaped, so

@@ -20,8 +20,8 @@ from signals.names import TableId
 from snapshotter.core.spans import SpanPlan, SpanRead
 from snapshotter.core.state import SnapshotStatus, TableProgress
 from snapshotter.core.window import ChunkWindow
-from snapshotter.dialects.base import TableSchema
 from snapshotter.engine.workers import ChunkTask, StartTask, Task
+from snapshotter.sources.base import TableSchema
 
 # Windows waiting for their close watermark in the log, or being read: this many, or one
 # more than the chunk reads that may run at once (read_parallelism), whichever is more.

@@ -31,7 +31,7 @@ import time
 
 from signals.model import Watermark, WatermarkKind
 from signals.names import TableId
-from snapshotter.dialects.base import Dialect
+from snapshotter.sources.base import Dialect
 
 log = logging.getLogger("snapshotter.cleanup")
 

@@ -19,7 +19,6 @@ from typing import Any
 
 from snapshotter.core.spans import SpanRead
 from snapshotter.core.state import EngineState, SnapshotStatus
-from snapshotter.dialects.base import TableSchema
 from snapshotter.engine.checkpointer import Checkpointer
 from snapshotter.engine.key_catalog import KeyCatalog
 from snapshotter.engine.retry import SourceRetry
@@ -33,6 +32,7 @@ from snapshotter.engine.workers import (
     TableStarted,
     TaskFailed,
 )
+from snapshotter.sources.base import TableSchema
 
 log = logging.getLogger("snapshotter.engine")
 

@@ -31,9 +31,9 @@ from snapshotter.core.keys import Key
 from snapshotter.core.spans import SpanRead, range_read_limit
 from snapshotter.core.visibility import ReadVisibility
 from snapshotter.core.window import ChunkWindow
-from snapshotter.dialects.base import Dialect, ReadCancelled, TableSchema, error_chain
 from snapshotter.engine.signal_cleanup import WatermarkCleanup
 from snapshotter.faults import failpoint
+from snapshotter.sources.base import ChunkSpec, Dialect, ReadCancelled, TableSchema, error_chain
 
 log = logging.getLogger("snapshotter.chunks")
 
@@ -289,7 +289,9 @@ def _read_chunk(
         # Sent before the open watermark is written: the engine has it before it can see
         # this window's close in the log.
         bound = dialect.chunk_bound(
-            task.schema, window.key_columns, task.after, task.upto, task.condition, task.limit
+            ChunkSpec(
+                task.schema, window.key_columns, task.after, task.upto, task.condition, task.limit
+            )
         )
         final = bound is None or bound == task.upto
         upto = task.upto if bound is None else bound
@@ -305,7 +307,9 @@ def _read_chunk(
     # watermark committed (write_watermark returned) and ended before the close watermark
     # is written (read_chunk returns after COMMIT).
     chunk = dialect.read_chunk(
-        task.schema, window.key_columns, task.after, upto, task.condition, task.read_limit
+        ChunkSpec(
+            task.schema, window.key_columns, task.after, upto, task.condition, task.read_limit
+        )
     )
     # Rule 3: the buffer is complete before the close watermark is written. The engine
     # can only see the close watermark after that write commits, so it always finds the

@@ -53,7 +53,7 @@ import pyarrow.compute as pc
 from snapshotter.core.events import ChangeEvent, Op
 from snapshotter.core.values import UNAVAILABLE_VALUE, RawJson
 from snapshotter.core.window import ReadBatch
-from snapshotter.dialects.base import ColumnInfo, TableSchema
+from snapshotter.sources.base import ColumnInfo, TableSchema
 
 log = logging.getLogger(__name__)
 
@@ -269,7 +269,7 @@ def _read_column(table: str, column: LandedColumn, rows: pa.Table) -> pa.Array:
     chunked = rows.column(column.name)
     array = chunked.chunk(0) if chunked.num_chunks == 1 else chunked.combine_chunks()
     if array.type != column.source_type:
-        # Not what the chunk reader promises (ChunkRead.rows holds the catalog types): go
+        # Not what the chunk reader promises (ChunkRows.rows holds the catalog types): go
         # the way of log rows, value by value, so the landed values are the same anyway.
         return _source_array(table, column, array.to_pylist())
     if pa.types.is_duration(array.type):

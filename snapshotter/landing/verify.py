@@ -51,8 +51,8 @@ import pyarrow.compute as pc
 
 from signals.names import TableId
 from snapshotter.config import Config
-from snapshotter.dialects.base import Dialect, TableError, TableSchema
 from snapshotter.landing.types import META_COLUMNS, landed_columns, rows_to_landed
+from snapshotter.sources.base import ChunkSpec, Dialect, TableError, TableSchema
 from snapshotter.verify import (
     ColumnDiff,
     RowDiff,
@@ -381,7 +381,8 @@ def source_chunks(
     data_schema = landed_data_schema(schema)
     after = None
     while True:
-        chunk = dialect.read_chunk(schema, key_columns, after, upto, None, chunk_rows)
+        spec = ChunkSpec(schema, tuple(key_columns), after, upto, None, chunk_rows)
+        chunk = dialect.read_chunk(spec)
         if chunk.last_key is None:
             return
         rows = chunk.rows.to_pylist()

@@ -194,7 +194,7 @@ def column_fragments(
 
 def column_converters(convert: Any) -> Mapping[str, Callable[[Any], Any]]:
     """The per-column value converters of a batch's row converter (``columns`` of
-    ``dialects.sql_common.ColumnsConverter``); NotColumnar when it has none."""
+    ``sources.sql_common.ColumnsConverter``); NotColumnar when it has none."""
     if convert is None:
         return {}
     columns = getattr(convert, "columns", None)

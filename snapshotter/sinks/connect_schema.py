@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from snapshotter.dialects.base import ColumnInfo, TableSchema
+from snapshotter.sources.base import ColumnInfo, TableSchema
 
 # Integer columns by the database's type name (both databases buffer them as int64).
 _INT_WIDTH = {

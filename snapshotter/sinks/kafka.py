@@ -43,7 +43,6 @@ from snapshotter.config import kafka_setting_problem
 from snapshotter.core.events import ChangeEvent, Op
 from snapshotter.core.values import UNAVAILABLE_VALUE, RawJson
 from snapshotter.core.window import ReadBatch
-from snapshotter.dialects.base import TableSchema
 from snapshotter.sinks import batch_json, connect_schema
 from snapshotter.sinks.base import Ack, SinkItem
 from snapshotter.sinks.encoding import KeyMismatchError, encode_key, encode_value
@@ -68,6 +67,7 @@ from snapshotter.sinks.kafka_clients import (
     confluent_settings_problem,
     error_name,
 )
+from snapshotter.sources.base import TableSchema
 
 __all__ = [
     "PRODUCER_DEFAULTS",

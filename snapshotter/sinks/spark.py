@@ -50,7 +50,6 @@ from signals.names import TableId
 from snapshotter.config import Config
 from snapshotter.core.events import ChangeEvent
 from snapshotter.core.window import ReadBatch
-from snapshotter.dialects.base import TableSchema
 from snapshotter.errors import disk_error, is_disk_full
 from snapshotter.landing.lander import Landed, Lander, LandingError, landed_tables
 from snapshotter.landing.staging import StagedBatch, StagingArea
@@ -61,6 +60,7 @@ from snapshotter.landing.types import (
     unknown_columns,
 )
 from snapshotter.sinks.base import Ack, SinkItem
+from snapshotter.sources.base import TableSchema
 
 log = logging.getLogger(__name__)
 

@@ -24,9 +24,9 @@ from signals.names import TableId
 from snapshotter.cli import main as cli_main
 from snapshotter.config import Config, load_config
 from snapshotter.convergence import check_table
-from snapshotter.dialects import pg_setup
 from snapshotter.engine.workers import PhaseHooks
 from snapshotter.runner import StopFlag, run_engine
+from snapshotter.sources.postgres import setup as pg_setup
 from snapshotter.verify import Verdict
 
 PREFIX = "test"

@@ -27,11 +27,12 @@ import sqlalchemy as sa
 from signals.names import TableId
 from snapshotter.core.events import ChangeEvent, Op
 from snapshotter.core.position import Position
-from snapshotter.dialects.mysql import MySqlDialect, binlog_file_number
-from snapshotter.logs import binlog_reader
-from snapshotter.logs.base import Change, Commit, LogItem, Notice, Progress, TableShape
-from snapshotter.logs.binlog_decoder import BinlogDecoder
-from snapshotter.logs.binlog_reader import BinlogLogReader, BinlogReaderError
+from snapshotter.sources.log import Change, Commit, LogItem, Notice, Progress, TableShape
+from snapshotter.sources.mysql import reader as binlog_reader
+from snapshotter.sources.mysql.decoder import BinlogDecoder
+from snapshotter.sources.mysql.dialect import MySqlDialect
+from snapshotter.sources.mysql.positions import binlog_file_number
+from snapshotter.sources.mysql.reader import BinlogLogReader, BinlogReaderError
 
 pytestmark = pytest.mark.integration
 

@@ -38,9 +38,9 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from signals.names import TableId
-from snapshotter.dialects import pg_types
-from snapshotter.dialects.postgres import PostgresDialect
 from snapshotter.engine.workers import ChunkTask, PhaseHooks
+from snapshotter.sources.postgres import types as pg_types
+from snapshotter.sources.postgres.dialect import PostgresDialect
 from snapshotter.verify import Verdict, compare, materialize, read_table_rows
 from tests.integration.engine_harness import Capture, CaptureFactory, EngineThread, mysql_connect
 from tests.integration.writer import KINDS, RandomWriter
@@ -507,7 +507,7 @@ def _my_other_schema(cap: Capture) -> Iterator[str]:
 
 
 def _my_verify_by(cap: Capture, table: str, key: Sequence[str]) -> Verdict:
-    from snapshotter.dialects.mysql import MySqlDialect
+    from snapshotter.sources.mysql.dialect import MySqlDialect
 
     dialect = MySqlDialect(cap.url, signal_table=cap.table_id("debezium_signal"))
     try:

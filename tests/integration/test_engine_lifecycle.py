@@ -6,7 +6,7 @@ import threading
 from typing import Any
 
 from snapshotter.engine.workers import ChunkTask, PhaseHooks
-from snapshotter.logs.pg_reader import lsn_to_int
+from snapshotter.sources.postgres.reader import lsn_to_int
 
 
 def _items(cap: Any, rows: int = 200) -> str:

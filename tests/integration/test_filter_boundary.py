@@ -21,9 +21,12 @@ import pytest
 import sqlalchemy as sa
 
 from signals.names import TableId
-from snapshotter.dialects import my_setup, pg_arrow, pg_setup, postgres
-from snapshotter.dialects.mysql import MySqlDialect
-from snapshotter.dialects.query_guard import Outcome, QueryGuard
+from snapshotter.sources.mysql import setup as my_setup
+from snapshotter.sources.mysql.dialect import MySqlDialect
+from snapshotter.sources.postgres import arrow as pg_arrow
+from snapshotter.sources.postgres import dialect as postgres
+from snapshotter.sources.postgres import setup as pg_setup
+from snapshotter.sources.query_guard import Outcome, QueryGuard
 from tests.conftest import REPO
 from tests.integration.engine_harness import Capture, mysql_connect
 from tests.integration.test_convergence import (

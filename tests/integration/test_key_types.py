@@ -47,8 +47,8 @@ import pytest
 import sqlalchemy as sa
 
 from signals.names import TableId
-from snapshotter.dialects import pg_setup
 from snapshotter.engine.workers import ChunkTask, PhaseHooks
+from snapshotter.sources.postgres import setup as pg_setup
 from snapshotter.verify import Verdict
 from tests.integration.engine_harness import Capture, mysql_connect
 from tests.integration.test_convergence import events, progress, wait_for
@@ -1091,8 +1091,8 @@ def test_init_warns_about_generated_columns(pg_url: str, pg_schema: str) -> None
 def test_a_generated_primary_key_is_refused_when_the_snapshot_starts(
     pg_url: str, pg_schema: str
 ) -> None:
-    from snapshotter.dialects.base import TableError
-    from snapshotter.dialects.postgres import PostgresDialect
+    from snapshotter.sources.base import TableError
+    from snapshotter.sources.postgres.dialect import PostgresDialect
 
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(

@@ -20,14 +20,14 @@ from snapshotter import cli
 from snapshotter.config import SparkConfig
 from snapshotter.core.events import ChangeEvent, Op, SnapshotMarker, Source
 from snapshotter.core.position import Position
-from snapshotter.dialects.base import Dialect, TableSchema
-from snapshotter.dialects.mysql import MySqlDialect
-from snapshotter.dialects.postgres import PostgresDialect
 from snapshotter.landing.lander import Format, Lander
 from snapshotter.landing.session import spark_session
 from snapshotter.landing.staging import StagingArea
 from snapshotter.landing.types import events_to_landed
 from snapshotter.landing.verify import LandedVerdict, LandedVerifier
+from snapshotter.sources.base import ChunkSpec, Dialect, TableSchema
+from snapshotter.sources.mysql.dialect import MySqlDialect
+from snapshotter.sources.postgres.dialect import PostgresDialect
 
 pytestmark = pytest.mark.integration
 
@@ -109,7 +109,7 @@ def read_rows(dialect: Dialect, table: TableId) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     after = None
     while upto is not None:
-        chunk = dialect.read_chunk(schema, keys, after, upto, None, 1000)
+        chunk = dialect.read_chunk(ChunkSpec(schema, keys, after, upto, None, 1000))
         if chunk.last_key is None:
             break
         rows.extend(convert(r) if convert else r for r in chunk.rows.to_pylist())

@@ -10,8 +10,9 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from snapshotter.dialects import my_setup
-from snapshotter.dialects.mysql import binlog_status, mysql_url
+from snapshotter.sources.mysql import setup as my_setup
+from snapshotter.sources.mysql.dialect import mysql_url
+from snapshotter.sources.mysql.positions import binlog_status
 
 pytestmark = pytest.mark.integration
 

@@ -28,13 +28,13 @@ from signals.names import TableId
 from signals.parser import parse_signal
 from snapshotter.core.events import ChangeEvent, Op
 from snapshotter.core.keys import Key, decode_key, encode_key
-from snapshotter.dialects import my_client
-from snapshotter.dialects import my_types as mt
-from snapshotter.dialects.base import TableError, TableSchema
-from snapshotter.dialects.mysql import MySqlDialect
-from snapshotter.logs.base import Change, LogItem, TableShape
-from snapshotter.logs.binlog_decoder import BinlogDecoder
-from snapshotter.logs.binlog_reader import BinlogLogReader
+from snapshotter.sources.base import ChunkSpec, TableError, TableSchema
+from snapshotter.sources.log import Change, LogItem, TableShape
+from snapshotter.sources.mysql import client as my_client
+from snapshotter.sources.mysql import types as mt
+from snapshotter.sources.mysql.decoder import BinlogDecoder
+from snapshotter.sources.mysql.dialect import MySqlDialect
+from snapshotter.sources.mysql.reader import BinlogLogReader
 
 pytestmark = pytest.mark.integration
 
@@ -117,7 +117,7 @@ def changes_of(items: Sequence[LogItem]) -> list[ChangeEvent]:
 def chunk_rows(
     dialect: MySqlDialect, schema: TableSchema, upto: Key, condition: str | None = None
 ) -> list[dict[str, Any]]:
-    chunk = dialect.read_chunk(schema, schema.primary_key, None, upto, condition, 10_000)
+    chunk = dialect.read_chunk(ChunkSpec(schema, schema.primary_key, None, upto, condition, 10_000))
     assert chunk.rows.schema == schema.arrow_schema()
     rows = chunk.rows.to_pylist()
     convert = dialect.row_converter(schema)
@@ -135,7 +135,7 @@ def page_all(
     rows: list[dict[str, Any]] = []
     after: Key | None = None
     while True:
-        chunk = dialect.read_chunk(schema, keys, after, upto, condition, limit)
+        chunk = dialect.read_chunk(ChunkSpec(schema, keys, after, upto, condition, limit))
         assert chunk.rows.num_rows <= limit
         rows.extend(chunk.rows.to_pylist())
         if chunk.last_key is None:
@@ -548,7 +548,7 @@ def test_chunk_query_is_a_range_scan_of_the_composite_key(
     upto = (60, "k5", dt.datetime(2024, 1, 1, 20, 0))
     for lower in (after, None):
         bound = upto if lower is not None else (3, "k1", dt.datetime(2024, 1, 1, 1, 0))
-        plan = dialect.explain_chunk(composite, keys, lower, bound, condition, 100)
+        plan = dialect.explain_chunk(ChunkSpec(composite, keys, lower, bound, condition, 100))
         assert_range_on_primary(plan)
 
 
@@ -572,11 +572,19 @@ def test_chunk_query_is_a_range_scan_for_single_column_keys(
     ints = dialect.describe(TableId(mysql_db, "ints"))
     strs = dialect.describe(TableId(mysql_db, "strs"))
     for condition in (None, "v > 5 OR v < 2"):
-        assert_range_on_primary(dialect.explain_chunk(ints, ("id",), (500,), (600,), condition, 50))
-        assert_range_on_primary(dialect.explain_chunk(ints, ("id",), None, (40,), condition, 50))
-        plan = dialect.explain_chunk(strs, ("k",), ("key00500",), ("key00600",), condition, 50)
+        assert_range_on_primary(
+            dialect.explain_chunk(ChunkSpec(ints, ("id",), (500,), (600,), condition, 50))
+        )
+        assert_range_on_primary(
+            dialect.explain_chunk(ChunkSpec(ints, ("id",), None, (40,), condition, 50))
+        )
+        plan = dialect.explain_chunk(
+            ChunkSpec(strs, ("k",), ("key00500",), ("key00600",), condition, 50)
+        )
         assert_range_on_primary(plan)
-        assert_range_on_primary(dialect.explain_chunk(strs, ("k",), None, ("key00040",), None, 9))
+        assert_range_on_primary(
+            dialect.explain_chunk(ChunkSpec(strs, ("k",), None, ("key00040",), None, 9))
+        )
 
 
 def test_composite_chunks_concatenate_to_the_table_in_key_order(
@@ -666,11 +674,11 @@ def test_a_filter_with_or_stays_inside_its_parentheses(
     keys = composite.primary_key
     after = (10, "k3", dt.datetime(2024, 1, 1, 3, 20))
     upto = (12, "k5", dt.datetime(2024, 1, 1, 4, 0))
-    chunk = dialect.read_chunk(composite, keys, after, upto, "1 = 1 OR a > 0", 1000)
+    chunk = dialect.read_chunk(ChunkSpec(composite, keys, after, upto, "1 = 1 OR a > 0", 1000))
     got = [(r["a"], r["b"], r["c"]) for r in chunk.rows.to_pylist()]
     assert got and all(after < k <= upto for k in got)
     condition = "b LIKE 'k1%' OR v % 5 = 0"
-    filtered = dialect.read_chunk(composite, keys, after, upto, condition, 1000)
+    filtered = dialect.read_chunk(ChunkSpec(composite, keys, after, upto, condition, 1000))
     expected = fetch(
         mysql_engine,
         mysql_db,

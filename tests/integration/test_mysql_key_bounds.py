@@ -18,9 +18,9 @@ import sqlalchemy as sa
 
 from signals.names import TableId
 from snapshotter.core.keys import decode_key, encode_key
-from snapshotter.dialects import my_types
-from snapshotter.dialects.base import TableError, TableSchema
-from snapshotter.dialects.mysql import MySqlDialect
+from snapshotter.sources.base import ChunkSpec, TableError, TableSchema
+from snapshotter.sources.mysql import types as my_types
+from snapshotter.sources.mysql.dialect import MySqlDialect
 
 pytestmark = pytest.mark.integration
 
@@ -57,7 +57,7 @@ def page_all(dialect: MySqlDialect, schema: TableSchema, limit: int) -> list[tup
     out: list[tuple[Any, ...]] = []
     after = None
     while True:
-        chunk = dialect.read_chunk(schema, keys, after, upto, None, limit)
+        chunk = dialect.read_chunk(ChunkSpec(schema, keys, after, upto, None, limit))
         out.extend(tuple(r[k] for k in keys) for r in chunk.rows.to_pylist())
         if chunk.last_key is None or chunk.rows.num_rows < limit:
             return out
@@ -132,9 +132,13 @@ def test_an_enum_key_is_paged_by_an_index_range(
     schema = dialect.describe(TableId(mysql_db, "r"))
     keys = ("k", "id")
     for condition in (None, "v > 5 OR v < 2"):
-        assert_range(dialect.explain_chunk(schema, keys, ("b", 100), ("q", 2000), condition, 5))
-        assert_range(dialect.explain_chunk(schema, keys, None, ("a", 40), condition, 5))
-    assert_range(dialect.explain_chunk(schema, ("k", "id"), ("r", 10), ("r", 2999), None, 5))
+        assert_range(
+            dialect.explain_chunk(ChunkSpec(schema, keys, ("b", 100), ("q", 2000), condition, 5))
+        )
+        assert_range(dialect.explain_chunk(ChunkSpec(schema, keys, None, ("a", 40), condition, 5)))
+    assert_range(
+        dialect.explain_chunk(ChunkSpec(schema, ("k", "id"), ("r", 10), ("r", 2999), None, 5))
+    )
 
 
 def test_bit_and_year_keys_are_paged_by_an_index_range(
@@ -142,11 +146,15 @@ def test_bit_and_year_keys_are_paged_by_an_index_range(
 ) -> None:
     _analyzed(mysql_engine, mysql_db, "bit(8)", "seq % 256")
     schema = dialect.describe(TableId(mysql_db, "r"))
-    assert_range(dialect.explain_chunk(schema, ("k", "id"), (b"\x05", 10), (b"\xc8", 9), None, 5))
+    assert_range(
+        dialect.explain_chunk(ChunkSpec(schema, ("k", "id"), (b"\x05", 10), (b"\xc8", 9), None, 5))
+    )
     run(mysql_engine, mysql_db, "DROP TABLE r")
     _analyzed(mysql_engine, mysql_db, "year", "1901 + seq % 254")
     schema = dialect.describe(TableId(mysql_db, "r"))
-    assert_range(dialect.explain_chunk(schema, ("k", "id"), (1950, 10), (2100, 9), None, 5))
+    assert_range(
+        dialect.explain_chunk(ChunkSpec(schema, ("k", "id"), (1950, 10), (2100, 9), None, 5))
+    )
 
 
 def test_an_enum_with_an_empty_member_is_refused_when_the_snapshot_starts(
@@ -171,7 +179,7 @@ def test_a_zero_date_key_is_refused_with_the_reason(
     schema = dialect.describe(TableId(mysql_db, "z"))
     upto = dialect.max_key(schema, ("d",), None)
     with pytest.raises(TableError, match="'0000-00-00', which has a zero part"):
-        dialect.read_chunk(schema, ("d",), None, upto or (), None, 10)
+        dialect.read_chunk(ChunkSpec(schema, ("d",), None, upto or (), None, 10))
 
 
 def test_inet6_text_is_the_servers(mysql_engine: sa.Engine, mysql_db: str) -> None:

@@ -26,10 +26,10 @@ import sqlalchemy as sa
 from signals.names import TableId
 from snapshotter.core.keys import Key, decode_key, encode_key
 from snapshotter.core.spans import range_read_limit
-from snapshotter.dialects.base import ReadCancelled, TableSchema
-from snapshotter.dialects.mysql import MySqlDialect
-from snapshotter.dialects.postgres import PostgresDialect
 from snapshotter.engine.workers import ChunkTask, PhaseHooks
+from snapshotter.sources.base import ChunkSpec, ReadCancelled, TableSchema
+from snapshotter.sources.mysql.dialect import MySqlDialect
+from snapshotter.sources.postgres.dialect import PostgresDialect
 from tests.integration.test_convergence import (
     assert_converged,
     progress,
@@ -59,9 +59,11 @@ def page_by_bounds(
     out: list[tuple[Any, ...]] = []
     after: Key | None = None
     while True:
-        bound = dialect.chunk_bound(schema, keys, after, upto, None, rows)
+        bound = dialect.chunk_bound(ChunkSpec(schema, keys, after, upto, None, rows))
         end = upto if bound is None else decode_key(encode_key(bound))
-        chunk = dialect.read_chunk(schema, keys, after, end, None, range_read_limit(rows))
+        chunk = dialect.read_chunk(
+            ChunkSpec(schema, keys, after, end, None, range_read_limit(rows))
+        )
         assert chunk.rows.num_rows <= rows  # nobody writes: a range holds `rows` rows
         out.extend(tuple(r[k] for k in keys) for r in chunk.rows.to_pylist())
         if bound is None or bound == upto:
@@ -102,7 +104,9 @@ def test_pg_bound_query_is_an_index_range_scan_of_the_composite_key(
 ) -> None:
     keys = pg_composite.primary_key
     for after in ((40, "8"), None):
-        plan = pg_dialect.explain_bound(pg_composite, keys, after, (300, "f"), condition, 1000)
+        plan = pg_dialect.explain_bound(
+            ChunkSpec(pg_composite, keys, after, (300, "f"), condition, 1000)
+        )
         assert "Index Only Scan using big_pkey" in plan or "Index Scan using big_pkey" in plan
         cond = next(line for line in plan.splitlines() if "Index Cond" in line)
         assert "ROW(k1, k2) <=" in cond, plan
@@ -123,11 +127,13 @@ def test_pg_bound_is_the_key_rows_rows_on_under_the_filter(
             "ORDER BY k1, k2 OFFSET 99 LIMIT 1"
         ).fetchone()
     upto = (399, "z")
-    assert pg_dialect.chunk_bound(pg_composite, keys, (10, "5"), upto, "v % 3 = 0", 100) == (
-        expected
-    )
+    assert pg_dialect.chunk_bound(
+        ChunkSpec(pg_composite, keys, (10, "5"), upto, "v % 3 = 0", 100)
+    ) == (expected)
     # Fewer rows left than asked: no bound (the range ends at the maximum key).
-    assert pg_dialect.chunk_bound(pg_composite, keys, (399, "0"), upto, None, 1000) is None
+    assert (
+        pg_dialect.chunk_bound(ChunkSpec(pg_composite, keys, (399, "0"), upto, None, 1000)) is None
+    )
     rows = page_by_bounds(pg_dialect, pg_composite, keys, 777)
     with psycopg.connect(pg_url) as conn:
         every = conn.execute(f'SELECT k1, k2 FROM "{pg_schema}".big ORDER BY k1, k2').fetchall()
@@ -165,7 +171,7 @@ def test_mysql_bound_query_is_a_range_scan_of_the_composite_key(
     keys = my_composite.primary_key
     upto = (200, "k5", dt.datetime(2024, 1, 3))
     for after in ((40, "k3", dt.datetime(2024, 1, 1, 13, 20)), None):
-        plan = my_dialect.explain_bound(my_composite, keys, after, upto, condition, 500)
+        plan = my_dialect.explain_bound(ChunkSpec(my_composite, keys, after, upto, condition, 500))
         assert plan and all(r["type"] == "range" and r["key"] == "PRIMARY" for r in plan), plan
         assert "filesort" not in str(plan)
 

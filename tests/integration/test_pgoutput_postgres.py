@@ -22,9 +22,9 @@ from psycopg import sql
 from signals.names import TableId
 from snapshotter.core.events import ChangeEvent, Op
 from snapshotter.core.values import UNAVAILABLE_VALUE
-from snapshotter.dialects import pg_types
-from snapshotter.logs.base import Change, Commit, LogItem, Notice, TableShape
-from snapshotter.logs.pg_decoder import PgOutputDecoder
+from snapshotter.sources.log import Change, Commit, LogItem, Notice, TableShape
+from snapshotter.sources.postgres import types as pg_types
+from snapshotter.sources.postgres.decoder import PgOutputDecoder
 
 pytestmark = pytest.mark.integration
 

@@ -19,9 +19,11 @@ from signals.table import create_signal_table, read_signals
 from snapshotter.core.keys import Key, decode_key, encode_key
 from snapshotter.core.values import RawJson
 from snapshotter.core.visibility import PgSnapshot
-from snapshotter.dialects import pg_setup, pg_types
-from snapshotter.dialects.base import TableError, TableSchema
-from snapshotter.dialects.postgres import ChunkReadError, PostgresDialect
+from snapshotter.sources.base import ChunkReadError, ChunkSpec, TableError, TableSchema
+from snapshotter.sources.postgres import setup as pg_setup
+from snapshotter.sources.postgres import types as pg_types
+from snapshotter.sources.postgres.dialect import PostgresDialect
+from snapshotter.sources.setup_common import SetupError, resolve_tables
 
 pytestmark = pytest.mark.integration
 
@@ -61,7 +63,9 @@ def page_all(
     after: Key | None = None
     chunks = 0
     while True:
-        chunk = dialect.read_chunk(schema, schema.primary_key, after, upto, condition, limit)
+        chunk = dialect.read_chunk(
+            ChunkSpec(schema, schema.primary_key, after, upto, condition, limit)
+        )
         chunks += 1
         assert chunk.rows.schema == schema.arrow_schema()
         assert chunk.rows.num_rows <= limit
@@ -276,12 +280,16 @@ def test_a_filter_with_or_does_not_escape_the_key_range(
     dialect: PostgresDialect, orders: TableSchema, pg_engine: sa.Engine, pg_schema: str
 ) -> None:
     after, upto = (10, "k5"), (12, "k2zz")
-    chunk = dialect.read_chunk(orders, orders.primary_key, after, upto, "true OR k1 > 0", 1000)
+    chunk = dialect.read_chunk(
+        ChunkSpec(orders, orders.primary_key, after, upto, "true OR k1 > 0", 1000)
+    )
     keys = [(r["k1"], r["k2"]) for r in chunk.rows.to_pylist()]
     assert keys and all(after < k <= upto for k in keys)
     assert keys == sorted(keys)
     condition = "k2 LIKE 'k6%' OR k2 LIKE 'k1%'"
-    filtered = dialect.read_chunk(orders, orders.primary_key, after, upto, condition, 1000)
+    filtered = dialect.read_chunk(
+        ChunkSpec(orders, orders.primary_key, after, upto, condition, 1000)
+    )
     expected = reference_keys(
         pg_engine,
         f"SELECT k1, k2 FROM {pg_schema}.orders WHERE (k1, k2) > (10, 'k5') "
@@ -341,9 +349,13 @@ def test_chunk_query_is_an_index_range_scan(
     schema = dialect.describe(TableId(pg_schema, "big"))
     upto = dialect.max_key(schema, schema.primary_key, None)
     assert upto is not None
-    middle = dialect.read_chunk(schema, schema.primary_key, None, upto, None, 25_000).last_key
+    middle = dialect.read_chunk(
+        ChunkSpec(schema, schema.primary_key, None, upto, None, 25_000)
+    ).last_key
     for after in (None, middle):
-        plan = dialect.explain_chunk(schema, schema.primary_key, after, upto, "v > 0", 1000)
+        plan = dialect.explain_chunk(
+            ChunkSpec(schema, schema.primary_key, after, upto, "v > 0", 1000)
+        )
         assert "Index Scan using big_pkey" in plan, plan
         cond = next(line for line in plan.splitlines() if "Index Cond" in line)
         assert "ROW(k1, k2) <=" in cond, plan
@@ -362,20 +374,20 @@ def test_chunk_transaction_is_read_only(
     keys = orders.primary_key
     writes = f"pg_catalog.nextval('{pg_schema}.seq') > 0"
     with pytest.raises(TableError, match="read-only transaction"):
-        dialect.read_chunk(orders, keys, None, (99, "k9"), writes, 10)
+        dialect.read_chunk(ChunkSpec(orders, keys, None, (99, "k9"), writes, 10))
     with pytest.raises(TableError, match="read-only transaction"):
         dialect.max_key(orders, keys, writes)
     assert scalar(pg_engine, f"SELECT last_value FROM {pg_schema}.seq") == 1
     assert scalar(pg_engine, f"SELECT is_called FROM {pg_schema}.seq") is False
     # The connection is usable again after the refused statement.
-    assert dialect.read_chunk(orders, keys, None, (0, "k0"), None, 10).rows.num_rows == 1
+    assert dialect.read_chunk(ChunkSpec(orders, keys, None, (0, "k0"), None, 10)).rows.num_rows == 1
 
 
 def test_a_bad_filter_names_the_table_and_the_database_error(
     dialect: PostgresDialect, orders: TableSchema
 ) -> None:
     with pytest.raises(TableError, match=r'chunk query on table .*orders failed: column "nope"'):
-        dialect.read_chunk(orders, orders.primary_key, None, (99, "k9"), "nope = 1", 10)
+        dialect.read_chunk(ChunkSpec(orders, orders.primary_key, None, (99, "k9"), "nope = 1", 10))
     with pytest.raises(TableError, match=r"max-key query on table .*orders failed: .*syntax"):
         dialect.max_key(orders, orders.primary_key, "k1 = = 1")
 
@@ -387,9 +399,9 @@ def test_a_lost_connection_is_a_retryable_error_and_the_next_read_reconnects(
     pid = dialect._connection().backend_pid()
     assert scalar(pg_engine, "SELECT pg_terminate_backend(:pid)", pid=pid)
     with pytest.raises(ChunkReadError, match=r"chunk query on table .*orders failed: ") as error:
-        dialect.read_chunk(orders, keys, None, upto, None, 10)
+        dialect.read_chunk(ChunkSpec(orders, keys, None, upto, None, 10))
     assert not isinstance(error.value, TableError)
-    assert dialect.read_chunk(orders, keys, None, upto, None, 10).rows.num_rows == 10
+    assert dialect.read_chunk(ChunkSpec(orders, keys, None, upto, None, 10)).rows.num_rows == 10
 
 
 def test_visibility_is_the_chunk_snapshot(
@@ -400,7 +412,9 @@ def test_visibility_is_the_chunk_snapshot(
         xid = int(other.execute("SELECT pg_current_xact_id()::text").fetchone()[0])  # type: ignore[index]
         # A later transaction commits, so the open one is inside the snapshot's range.
         dialect.write_watermark(Watermark(str(uuid.uuid4()), WatermarkKind.OPEN))
-        chunk = dialect.read_chunk(orders, orders.primary_key, None, (0, "k9"), None, 100)
+        chunk = dialect.read_chunk(
+            ChunkSpec(orders, orders.primary_key, None, (0, "k9"), None, 100)
+        )
         other.rollback()
     assert isinstance(chunk.visibility, PgSnapshot)
     assert chunk.visibility.xmin <= xid < chunk.visibility.xmax
@@ -408,7 +422,7 @@ def test_visibility_is_the_chunk_snapshot(
     assert not chunk.visibility.sees(xid % (1 << 32))  # as pgoutput's 32-bit xid
     assert chunk.visibility.sees(xid + 1)  # the watermark's transaction had committed
     assert "uncommitted" not in chunk.rows.column("note").to_pylist()
-    later = dialect.read_chunk(orders, orders.primary_key, None, (0, "k9"), None, 100)
+    later = dialect.read_chunk(ChunkSpec(orders, orders.primary_key, None, (0, "k9"), None, 100))
     assert isinstance(later.visibility, PgSnapshot) and later.visibility.xmin > xid
 
 
@@ -460,7 +474,7 @@ def test_values_load_exactly_as_the_log_path_loads_them(
         + ")",
     )
     schema = dialect.describe(TableId(pg_schema, "v"))
-    chunk = dialect.read_chunk(schema, ("id",), None, (1,), None, 10)
+    chunk = dialect.read_chunk(ChunkSpec(schema, ("id",), None, (1,), None, 10))
     (row,) = chunk.rows.to_pylist()
     # What pgoutput sends is each type's output text; load it by the column's OID (as the
     # Relation message gives it) with the log decoder's transformer.
@@ -539,7 +553,7 @@ def test_binary_read_values_equal_the_log_text_loads(
     dialect = PostgresDialect(url, TableId(pg_schema, "debezium_signal"), "unused")
     try:
         schema = dialect.describe(TableId(pg_schema, "e"))
-        chunk = dialect.read_chunk(schema, ("id",), None, (99,), None, 100)
+        chunk = dialect.read_chunk(ChunkSpec(schema, ("id",), None, (99,), None, 100))
     finally:
         dialect.close()
     assert chunk.rows.schema == schema.arrow_schema()
@@ -603,7 +617,7 @@ def test_a_value_python_cannot_hold_fails_the_read_as_the_log_loaders_would(
     with pytest.raises(psycopg.DataError):
         pg_types.transformer().get_loader(schema.columns[1].type_code, 0).load(text)
     with pytest.raises(TableError, match="cannot represent"):
-        dialect.read_chunk(schema, ("id",), None, (1,), None, 10)
+        dialect.read_chunk(ChunkSpec(schema, ("id",), None, (1,), None, 10))
     run(pg_engine, f"CREATE TABLE {pg_schema}.xk (v {sql_type} PRIMARY KEY)")
     run(pg_engine, f"INSERT INTO {pg_schema}.xk VALUES ({value})")
     keyed = dialect.describe(TableId(pg_schema, "xk"))
@@ -623,10 +637,10 @@ def test_timestamptz_keys_are_utc_whatever_the_server_zone(
     schema = dialect.describe(TableId(pg_schema, "tt"))
     upto = dialect.max_key(schema, ("at",), None)
     assert upto == (datetime(2024, 10, 27, 0, 30, tzinfo=UTC),)
-    first = dialect.read_chunk(schema, ("at",), None, upto, None, 1)
+    first = dialect.read_chunk(ChunkSpec(schema, ("at",), None, upto, None, 1))
     assert first.last_key == (datetime(2024, 3, 31, 0, 30, tzinfo=UTC),)
     assert first.last_key[0].utcoffset() == timedelta(0)
-    rest = dialect.read_chunk(schema, ("at",), first.last_key, upto, None, 10)
+    rest = dialect.read_chunk(ChunkSpec(schema, ("at",), first.last_key, upto, None, 10))
     assert rest.rows.num_rows == 2
 
 
@@ -665,7 +679,7 @@ def test_ensure_captured_adds_tables_to_the_publication(
         f"CREATE TABLE {pg_schema}.p (id int PRIMARY KEY) PARTITION BY RANGE (id)",
         f"CREATE TABLE {pg_schema}.p1 PARTITION OF {pg_schema}.p FOR VALUES FROM (0) TO (10)",
     )
-    with pytest.raises(pg_setup.SetupError, match="does not exist; run `snapshotter init`"):
+    with pytest.raises(SetupError, match="does not exist; run `snapshotter init`"):
         dialect.ensure_captured([TableId(pg_schema, "a")])
     change = pg_setup.ensure_publication(pg_engine, dialect.publication, [dialect.signal_table])
     assert change.created and change.added == (dialect.signal_table,)
@@ -784,7 +798,7 @@ def test_a_slot_of_the_wrong_kind_is_reported(pg_engine: sa.Engine, pg_schema: s
             p for p in pg_setup.check_prerequisites(pg_engine, [], slot) if slot in p.what
         ]
         assert "test_decoding" in problem.what and "pg_drop_replication_slot" in problem.fix
-        with pytest.raises(pg_setup.SetupError, match="needs a logical pgoutput slot"):
+        with pytest.raises(SetupError, match="needs a logical pgoutput slot"):
             pg_setup.ensure_slot(pg_engine, slot)
     finally:
         pg_setup.drop_slot(pg_engine, slot)
@@ -797,15 +811,16 @@ def test_resolve_tables(dialect: PostgresDialect, pg_engine: sa.Engine, pg_schem
         f"CREATE TABLE {pg_schema}.orders_2 (id int PRIMARY KEY)",
         f'CREATE TABLE {pg_schema}."Orders" (id int PRIMARY KEY)',
     )
-    found = pg_setup.resolve_tables(
+    found = resolve_tables(
         dialect,
         [f'{pg_schema}."Orders"', rf"{pg_schema}\.orders_\d", f"{pg_schema}.orders_1"],
+        "public",
     )
     assert found == [
         TableId(pg_schema, "Orders"),
         TableId(pg_schema, "orders_1"),
         TableId(pg_schema, "orders_2"),
     ]
-    assert pg_setup.resolve_tables(dialect, [rf"{pg_schema}\.nothing.*"]) == []
+    assert resolve_tables(dialect, [rf"{pg_schema}\.nothing.*"], "public") == []
     with pytest.raises(TableError, match="does not exist"):
-        pg_setup.resolve_tables(dialect, [f"{pg_schema}.orders"])
+        resolve_tables(dialect, [f"{pg_schema}.orders"], "public")

@@ -48,11 +48,12 @@ import sqlalchemy as sa
 from snapshotter.engine import SourceUnavailableError
 from snapshotter.engine import retry as engine_retry
 from snapshotter.engine.workers import ChunkTask, PhaseHooks
-from snapshotter.logs import binlog_reader, pg_reader
-from snapshotter.logs.base import Change, Commit, LogItem
-from snapshotter.logs.binlog_reader import BinlogReaderError
-from snapshotter.logs.pg_decoder import PgOutputDecoder
-from snapshotter.logs.pg_reader import LogReaderError, PgLogReader
+from snapshotter.sources.log import Change, Commit, LogItem
+from snapshotter.sources.mysql import reader as binlog_reader
+from snapshotter.sources.mysql.reader import BinlogReaderError
+from snapshotter.sources.postgres import reader as pg_reader
+from snapshotter.sources.postgres.decoder import PgOutputDecoder
+from snapshotter.sources.postgres.reader import PgLogReader, PgReaderError
 from tests.integration.engine_harness import Capture, mysql_connect
 from tests.integration.test_convergence import (
     Source,
@@ -265,8 +266,8 @@ class Outage:
 
     @property
     def log_losses(self) -> list[str]:
-        return self.messages("snapshotter.logs.pg_reader", "lost") + self.messages(
-            "snapshotter.logs.binlog_reader", "lost"
+        return self.messages("snapshotter.sources.postgres.reader", "lost") + self.messages(
+            "snapshotter.sources.mysql.reader", "lost"
         )
 
     def summary(self) -> str:
@@ -276,8 +277,8 @@ class Outage:
             f"log reader: {len(self.log_losses)} loss message(s)",
         ]
         parts += self.messages("snapshotter.engine", "answers again")
-        parts += self.messages("snapshotter.logs.pg_reader", "restored after")
-        parts += self.messages("snapshotter.logs.pg_reader", "sent again")
+        parts += self.messages("snapshotter.sources.postgres.reader", "restored after")
+        parts += self.messages("snapshotter.sources.postgres.reader", "sent again")
         return "; ".join(parts)
 
 
@@ -411,7 +412,7 @@ def test_an_outage_past_the_bound_stops_the_engine_and_resume_converges(
         wait_for(worker.killed.is_set, f"the kill in chunk {KILL_IN_CHUNK}", engine=engine)
         expected: type[Exception] = SourceUnavailableError
         if first == "log reader":
-            expected = LogReaderError if r.source.name == "postgres" else BinlogReaderError
+            expected = PgReaderError if r.source.name == "postgres" else BinlogReaderError
         with pytest.raises(expected) as stopped:
             engine.join(timeout=60)
         gave_up = time.monotonic() - worker.killed_at
@@ -448,8 +449,8 @@ def test_a_table_start_that_loses_its_connection_is_retried(
     """The start of a snapshot (describe, maximum key) is retried like a chunk read: here
     the maximum-key query loses its connection twice (simulated, on the worker thread only),
     and the snapshot starts on the third try and converges."""
-    from snapshotter.dialects.mysql import MySqlDialect
-    from snapshotter.dialects.postgres import PostgresDialect
+    from snapshotter.sources.mysql.dialect import MySqlDialect
+    from snapshotter.sources.postgres.dialect import PostgresDialect
 
     caplog.set_level(logging.INFO)
     r = restartable
@@ -599,7 +600,7 @@ def test_a_slot_dropped_while_the_stream_was_lost_is_an_error_at_once(stream: St
         stream.terminate(reader)
         stream.sql("SELECT pg_drop_replication_slot(%s)", (stream.slot,))
         began = time.monotonic()
-        with pytest.raises(LogReaderError, match=r"does not exist") as error:
+        with pytest.raises(PgReaderError, match=r"does not exist") as error:
             _read_until(reader, [], lambda: False, timeout=30)
         assert time.monotonic() - began < 5  # not after the 60 s bound
     finally:

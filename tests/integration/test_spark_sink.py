@@ -24,11 +24,11 @@ from signals.names import TableId
 from snapshotter.config import SparkConfig
 from snapshotter.core.events import ChangeEvent, Op, SnapshotMarker, Source
 from snapshotter.core.position import Position
-from snapshotter.dialects.base import ColumnInfo, TableSchema
 from snapshotter.landing.lander import Lander, data_columns
 from snapshotter.landing.session import spark_session
 from snapshotter.landing.staging import StagingArea
 from snapshotter.landing.types import events_to_landed
+from snapshotter.sources.base import ColumnInfo, TableSchema
 from tests.integration.engine_harness import SPARK_MASTER, Capture
 
 pytestmark = pytest.mark.integration

@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from snapshotter.dialects import pg_setup
 from snapshotter.engine.workers import PhaseHooks
+from snapshotter.sources.postgres import setup as pg_setup
 from tests.integration.engine_harness import Capture, CaptureFactory, EngineThread, mysql_connect
 
 pytestmark = pytest.mark.integration
@@ -395,10 +395,10 @@ def private_mariadb() -> Iterator[str]:
 def test_mysql_a_purged_binlog_stops_run_and_reset_stream_with_a_new_snapshot_converges(
     private_mariadb: str, tmp_path: Path
 ) -> None:
-    from snapshotter.dialects.mysql import MySqlDialect
-    from snapshotter.logs.binlog_decoder import BinlogDecoder
-    from snapshotter.logs.binlog_reader import BinlogLogReader, BinlogReaderError
-    from snapshotter.stream_position import StreamPositionLost
+    from snapshotter.sources.mysql.decoder import BinlogDecoder
+    from snapshotter.sources.mysql.dialect import MySqlDialect
+    from snapshotter.sources.mysql.reader import BinlogLogReader, BinlogReaderError
+    from snapshotter.sources.positions import StreamPositionLost
 
     database = f"t_{uuid.uuid4().hex[:12]}"
     admin = mysql_connect(private_mariadb)

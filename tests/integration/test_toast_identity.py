@@ -13,8 +13,8 @@ import pytest
 
 from signals.names import TableId
 from snapshotter.core.values import UNAVAILABLE_VALUE
-from snapshotter.dialects.base import TableError
-from snapshotter.dialects.postgres import PostgresDialect
+from snapshotter.sources.base import TableError
+from snapshotter.sources.postgres.dialect import PostgresDialect
 from tests.integration.engine_harness import Capture
 from tests.integration.test_convergence import Pacer, state_of, wait_for
 from tests.integration.writer import RandomWriter

@@ -18,8 +18,8 @@ from signals.names import TableId
 from snapshotter.core.events import ChangeEvent, Op, SnapshotMarker, Source
 from snapshotter.core.position import Position
 from snapshotter.core.values import RawJson
-from snapshotter.dialects.pg_types import LoadContext
 from snapshotter.sinks.jsonl import JsonlSink
+from snapshotter.sources.postgres.types import LoadContext
 from snapshotter.verify import compare, materialize, read_table_rows
 
 pytestmark = pytest.mark.integration

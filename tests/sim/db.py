@@ -32,7 +32,7 @@ import pyarrow as pa
 from signals.names import TableId
 from snapshotter.core.keys import Key
 from snapshotter.core.visibility import PgSnapshot
-from snapshotter.dialects.base import ColumnInfo, TableSchema
+from snapshotter.sources.base import ColumnInfo, TableSchema
 
 Row = dict[str, Any]
 

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from snapshotter.dialects.base import Dialect
 from snapshotter.engine.signal_cleanup import WatermarkCleanup
 from snapshotter.engine.workers import (
     ChunkBounded,
@@ -25,6 +24,7 @@ from snapshotter.engine.workers import (
     TaskFailed,
     run_task,
 )
+from snapshotter.sources.base import Dialect
 
 if TYPE_CHECKING:
     from tests.sim.scheduler import World

@@ -31,11 +31,11 @@ from signals import ExecuteSnapshot, ResumeSnapshot, to_row
 from signals.model import Signal
 from snapshotter.config import Config
 from snapshotter.core.state import EngineState, SnapshotStatus
-from snapshotter.dialects.base import Dialect
 from snapshotter.engine import Engine, SourceUnavailableError
 from snapshotter.engine.signal_cleanup import WatermarkCleanup
 from snapshotter.engine.workers import PhaseHooks, Task, WorkerPool
-from snapshotter.logs.base import LogReader
+from snapshotter.sources.base import Dialect
+from snapshotter.sources.log import LogReader
 from tests.sim.db import DATA_TABLES, ITEMS, PAIRS, SIGNAL_TABLE, Database, LoggedChange, Row
 from tests.sim.errors import Crash, SimFailure, Stopped, check
 from tests.sim.pool import SimPool

@@ -1,12 +1,12 @@
 """The simulated database behind the engine's source interfaces: a Dialect and a LogReader.
 
 ``SimDialect`` answers what the engine and its chunk workers ask a real dialect
-(``snapshotter.dialects.base.Dialect``): describe, max key, chunk bounds, chunk reads into
+(``snapshotter.sources.base.Dialect``): describe, max key, chunk bounds, chunk reads into
 Arrow with the SELECT's snapshot, watermark inserts and deletes. Calls of the snapshot side
 may fail as a lost connection would (the scheduler decides), and can be cancelled.
 
 ``SimLogReader`` hands out the database's log as a pgoutput reader would
-(``snapshotter.logs.base.LogReader``): a ``TableShape`` before a table's first change in a
+(``snapshotter.sources.log.LogReader``): a ``TableShape`` before a table's first change in a
 session, each committed transaction's changes (a key change as delete + create, deletes with
 the key columns only, updates without the old row), then its ``Commit``; ``Progress`` when
 idle. What the reader may hand out is decided by the scheduler (``deliver``): the log
@@ -26,8 +26,8 @@ from signals.names import TableId
 from snapshotter.core.events import ChangeEvent, Op, Source
 from snapshotter.core.keys import Key
 from snapshotter.core.position import Position
-from snapshotter.dialects.base import ChunkRead, ReadCancelled, TableError, TableSchema
-from snapshotter.logs.base import Change, Commit, LogItem, Progress, TableShape
+from snapshotter.sources.base import ChunkRows, ChunkSpec, ReadCancelled, TableError, TableSchema
+from snapshotter.sources.log import Change, Commit, LogItem, Progress, TableShape
 from tests.sim.db import SIGNAL_TABLE, Database, LoggedChange, LoggedTxn, Row
 from tests.sim.errors import check
 
@@ -106,36 +106,21 @@ class SimDialect:
         keys = self._keys(schema, None, None)
         return keys[-1] if keys else None
 
-    def chunk_bound(
-        self,
-        schema: TableSchema,
-        key_columns: Sequence[str],
-        after: Key | None,
-        upto: Key,
-        condition: str | None,
-        rows: int,
-    ) -> Key | None:
+    def chunk_bound(self, spec: ChunkSpec) -> Key | None:
         self._query("chunk bound")
-        keys = self._keys(schema, after, upto)
-        return keys[rows - 1] if len(keys) >= rows else None
+        keys = self._keys(spec.schema, spec.after, spec.upto)
+        return keys[spec.limit - 1] if len(keys) >= spec.limit else None
 
-    def read_chunk(
-        self,
-        schema: TableSchema,
-        key_columns: Sequence[str],
-        after: Key | None,
-        upto: Key,
-        condition: str | None,
-        limit: int,
-    ) -> ChunkRead:
+    def read_chunk(self, spec: ChunkSpec) -> ChunkRows:
         self._query("chunk read")
+        schema, after, upto, limit = spec.schema, spec.after, spec.upto, spec.limit
         snapshot = self._db.snapshot()
         rows = self._db.read(schema.table, snapshot)
         keys = sorted(k for k in rows if _in_range(k, after, upto))[:limit]
         chosen = [rows[k] for k in keys]
         table = pa.Table.from_pylist(chosen, schema=schema.arrow_schema())
         visibility = snapshot if self._db.lagging else None
-        return ChunkRead(table, keys[-1] if keys else None, visibility)
+        return ChunkRows(table, keys[-1] if keys else None, visibility)
 
     def write_watermark(self, watermark: Watermark) -> None:
         self._world.maybe_outage("watermark insert")

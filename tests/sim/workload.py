@@ -14,7 +14,7 @@ from signals import ExecuteSnapshot, PauseSnapshot, ResumeSnapshot, StopSnapshot
 from signals.model import Signal
 from signals.names import TableId
 from snapshotter.core.keys import Key
-from snapshotter.dialects.base import TableSchema
+from snapshotter.sources.base import TableSchema
 from tests.sim.db import DATA_TABLES, ITEMS, Database, LoggedChange, Row, key_of
 
 NOTES = (None, "x", "yy")

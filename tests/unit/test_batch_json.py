@@ -25,13 +25,13 @@ from snapshotter.core.events import Source
 from snapshotter.core.position import Position
 from snapshotter.core.values import RawJson
 from snapshotter.core.window import ReadBatch
-from snapshotter.dialects.base import ColumnInfo, TableSchema
-from snapshotter.dialects.sql_common import columns_converter
 from snapshotter.sinks import batch_json
 from snapshotter.sinks.encoding import encode_row
 from snapshotter.sinks.jsonl import JsonlSink, JsonlSinkError
 from snapshotter.sinks.kafka import KafkaSink, KafkaSinkError
 from snapshotter.sinks.kafka_clients import KafkaPythonProducer
+from snapshotter.sources.base import ColumnInfo, TableSchema
+from snapshotter.sources.sql_common import columns_converter
 
 TABLE = TableId("shop", "items")
 SIGNALS = TableId("shop", "debezium_signal")

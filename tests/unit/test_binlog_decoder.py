@@ -33,10 +33,10 @@ from signals.names import TableId
 from snapshotter.core.events import Op
 from snapshotter.core.position import Position
 from snapshotter.core.values import RawJson
-from snapshotter.dialects import my_types as mt
-from snapshotter.dialects.mysql import binlog_offset
-from snapshotter.logs.base import Change, Commit, LogItem, Notice, Progress, TableShape
-from snapshotter.logs.binlog_decoder import BinlogDecoder, BinlogError
+from snapshotter.sources.log import Change, Commit, LogItem, Notice, Progress, TableShape
+from snapshotter.sources.mysql import types as mt
+from snapshotter.sources.mysql.decoder import BinlogDecoder, BinlogError
+from snapshotter.sources.mysql.positions import binlog_offset
 
 FILE = "binlog.000007"
 NEXT_FILE = "binlog.000008"

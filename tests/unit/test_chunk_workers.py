@@ -14,8 +14,6 @@ import pyarrow as pa
 from signals.names import TableId
 from snapshotter.core.spans import SpanRead, range_read_limit
 from snapshotter.core.window import ChunkWindow
-from snapshotter.dialects.base import ChunkRead as Chunk
-from snapshotter.dialects.base import ColumnInfo, ReadCancelled, TableSchema
 from snapshotter.engine.workers import (
     ChunkBounded,
     ChunkRead,
@@ -24,6 +22,7 @@ from snapshotter.engine.workers import (
     Result,
     TaskFailed,
 )
+from snapshotter.sources.base import ChunkRows, ChunkSpec, ColumnInfo, ReadCancelled, TableSchema
 
 TABLE = TableId("s", "t")
 SCHEMA = TableSchema(TABLE, (ColumnInfo("id", "bigint", 20, False, pa.int64()),), ("id",))
@@ -38,26 +37,25 @@ class FakeDialect:
         self.closed = False
         self.reads: list[tuple[Any, Any, int]] = []
 
-    def chunk_bound(
-        self, schema: Any, keys: Any, after: Any, upto: Any, cond: Any, rows: int
-    ) -> Any:
-        start = 0 if after is None else after[0]
-        bound = start + rows
-        return (bound,) if bound < upto[0] else None
+    def chunk_bound(self, spec: ChunkSpec) -> Any:
+        start = 0 if spec.after is None else spec.after[0]
+        bound = start + spec.limit
+        return (bound,) if bound < spec.upto[0] else None
 
     def write_watermark(self, watermark: Any) -> None:
         pass
 
-    def read_chunk(
-        self, schema: Any, keys: Any, after: Any, upto: Any, cond: Any, limit: int
-    ) -> Chunk:
+    def read_chunk(self, spec: ChunkSpec) -> ChunkRows:
+        after, upto, limit = spec.after, spec.upto, spec.limit
         self.reads.append((after, upto, limit))
         while self.gate is not None and not self.gate.wait(0.01):
             if self.cancelled.is_set():
                 raise ReadCancelled("cancelled (fake)")
         start = 0 if after is None else after[0]
         ids = list(range(start + 1, min(upto[0], start + limit) + 1))
-        return Chunk(pa.table({"id": pa.array(ids, pa.int64())}), (ids[-1],) if ids else None, None)
+        return ChunkRows(
+            pa.table({"id": pa.array(ids, pa.int64())}), (ids[-1],) if ids else None, None
+        )
 
     def cancel_reads(self) -> None:
         self.cancelled.set()

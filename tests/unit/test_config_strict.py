@@ -145,7 +145,7 @@ def test_a_misspelt_variable_is_refused(var: str, expected: str) -> None:
     ],
 )
 def test_the_projects_own_variables_are_not_configuration(var: str) -> None:
-    assert parse(SOURCE, {var: "anything"}).source.chunk_size == 4096
+    assert parse(SOURCE, {var: "anything"}).source.chunk_size == 32768
 
 
 def test_a_referenced_variable_is_only_a_reference() -> None:

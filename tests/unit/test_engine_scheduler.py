@@ -12,9 +12,9 @@ import pyarrow as pa
 from signals.names import TableId
 from snapshotter.core.spans import SpanRead
 from snapshotter.core.state import TableProgress
-from snapshotter.dialects.base import ColumnInfo, TableSchema
 from snapshotter.engine.scheduler import WINDOWS_IN_FLIGHT, Scheduler
 from snapshotter.engine.workers import ChunkTask, StartTask
+from snapshotter.sources.base import ColumnInfo, TableSchema
 
 TABLE = TableId("s", "t")
 SCHEMA = TableSchema(TABLE, (ColumnInfo("id", "bigint", 20, False, pa.int64()),), ("id",))

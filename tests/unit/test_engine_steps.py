@@ -22,14 +22,14 @@ from snapshotter.core.keys import Key
 from snapshotter.core.position import Position
 from snapshotter.core.state import SnapshotStatus
 from snapshotter.core.window import ReadBatch
-from snapshotter.dialects.base import ChunkRead as Chunk
-from snapshotter.dialects.base import ColumnInfo, Dialect, TableSchema
 from snapshotter.engine import Engine, KeyCatalog
 from snapshotter.engine.signal_cleanup import WatermarkCleanup
 from snapshotter.engine.state_store import StateStore
 from snapshotter.engine.workers import PhaseHooks, Result, Task, run_task
-from snapshotter.logs.base import Change, Commit, LogItem, Progress
 from snapshotter.sinks.base import Ack, SinkItem
+from snapshotter.sources.base import ChunkRows as Chunk
+from snapshotter.sources.base import ChunkSpec, ColumnInfo, Dialect, TableSchema
+from snapshotter.sources.log import Change, Commit, LogItem, Progress
 
 SIGNALS = TableId("public", "debezium_signal")
 ITEMS = TableId("public", "items")
@@ -98,15 +98,8 @@ class FakeDialect:
     def max_key(self, schema: TableSchema, keys: Sequence[str], condition: str | None) -> Key:
         return (self.db.ids[-1],) if self.db.ids else None  # type: ignore[return-value]
 
-    def read_chunk(
-        self,
-        schema: TableSchema,
-        keys: Sequence[str],
-        after: Key | None,
-        upto: Key,
-        condition: str | None,
-        limit: int,
-    ) -> Chunk:
+    def read_chunk(self, spec: ChunkSpec) -> Chunk:
+        after, upto, limit = spec.after, spec.upto, spec.limit
         low = -1 if after is None else cast(int, after[0])
         ids = [i for i in self.db.ids if low < i <= cast(int, upto[0])][:limit]
         return Chunk(pa.table({"id": pa.array(ids, pa.int64())}), (ids[-1],) if ids else None, None)

@@ -32,8 +32,6 @@ from signals.names import TableId
 from snapshotter.core.events import ChangeEvent, Op, SnapshotMarker, Source
 from snapshotter.core.position import Position
 from snapshotter.core.values import UNAVAILABLE_VALUE, RawJson
-from snapshotter.dialects import my_types, pg_types
-from snapshotter.dialects.base import ColumnInfo, TableSchema
 from snapshotter.sinks.connect_schema import (
     column_schema,
     envelope_schema,
@@ -51,6 +49,9 @@ from snapshotter.sinks.encoding import (
 from snapshotter.sinks.jsonl import JsonlSink
 from snapshotter.sinks.kafka_clients import KafkaPythonProducer
 from snapshotter.sinks.kafka_read import Message, materialize_messages
+from snapshotter.sources.base import ColumnInfo, TableSchema
+from snapshotter.sources.mysql import types as my_types
+from snapshotter.sources.postgres import types as pg_types
 from snapshotter.verify import Materialized, VerifyError, canonical
 
 FAST = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

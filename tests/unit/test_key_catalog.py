@@ -10,9 +10,9 @@ from signals.names import TableId
 from snapshotter.core.events import ChangeEvent, Op, Source
 from snapshotter.core.position import Position
 from snapshotter.core.state import TableProgress
-from snapshotter.dialects.base import ColumnInfo, TableSchema
 from snapshotter.engine.key_catalog import KeyCatalog
-from snapshotter.logs.base import TableShape
+from snapshotter.sources.base import ColumnInfo, TableSchema
+from snapshotter.sources.log import TableShape
 
 SIGNALS = TableId("s", "debezium_signal")
 KEYED = TableId("s", "keyed")

@@ -28,9 +28,6 @@ from snapshotter.core.events import ChangeEvent, Op, SnapshotMarker, Source
 from snapshotter.core.position import Position
 from snapshotter.core.values import RawJson
 from snapshotter.core.window import ReadBatch
-from snapshotter.dialects import my_types, pg_types
-from snapshotter.dialects.base import ColumnInfo, TableSchema
-from snapshotter.dialects.sql_common import columns_converter
 from snapshotter.landing.types import (
     OP,
     POS,
@@ -40,6 +37,10 @@ from snapshotter.landing.types import (
     read_batch_to_landed,
     read_batch_unknown_columns,
 )
+from snapshotter.sources.base import ColumnInfo, TableSchema
+from snapshotter.sources.mysql import types as my_types
+from snapshotter.sources.postgres import types as pg_types
+from snapshotter.sources.sql_common import columns_converter
 
 T = TableId("s", "t")
 

@@ -16,7 +16,6 @@ from signals.names import TableId
 from snapshotter.core.events import ChangeEvent, Op, SnapshotMarker, Source
 from snapshotter.core.position import Position
 from snapshotter.core.values import UNAVAILABLE_VALUE, RawJson
-from snapshotter.dialects.base import ColumnInfo, TableSchema
 from snapshotter.landing.staging import StagingArea, StagingError
 from snapshotter.landing.types import (
     LandingTypeError,
@@ -24,6 +23,7 @@ from snapshotter.landing.types import (
     landed_schema,
     unknown_columns,
 )
+from snapshotter.sources.base import ColumnInfo, TableSchema
 
 T = TableId("s", "t")
 

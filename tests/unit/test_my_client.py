@@ -5,7 +5,7 @@ from __future__ import annotations
 import pymysql.converters
 import pytest
 
-from snapshotter.dialects import my_client
+from snapshotter.sources.mysql import client as my_client
 
 MySQLdb = pytest.importorskip("MySQLdb")
 from MySQLdb.constants import FIELD_TYPE  # noqa: E402

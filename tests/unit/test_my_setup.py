@@ -6,7 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from snapshotter.dialects.my_setup import Problem, ServerFacts, check
+from snapshotter.sources.mysql.setup import ServerFacts, check
+from snapshotter.sources.setup_common import Problem
 
 MARIADB = ServerFacts(
     version="10.11.6-MariaDB-0+deb12u1-log",

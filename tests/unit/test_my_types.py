@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from pymysqlreplication.column import Column
 
 from signals.names import TableId
-from snapshotter.dialects import my_types as mt
-from snapshotter.logs.base import Change
-from snapshotter.logs.binlog_decoder import BinlogDecoder
+from snapshotter.sources.log import Change
+from snapshotter.sources.mysql import types as mt
+from snapshotter.sources.mysql.decoder import BinlogDecoder
 from tests.unit.test_binlog_decoder import FILE, TableMap, query, xid
 
 # -- ENUM and SET members ------------------------------------------------------------------------

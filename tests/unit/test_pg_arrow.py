@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from snapshotter.dialects import pg_arrow, pg_types
+from snapshotter.sources.postgres import arrow as pg_arrow
+from snapshotter.sources.postgres import types as pg_types
 
 _UTC = pa.timestamp("us", tz="UTC")
 

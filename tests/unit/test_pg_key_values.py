@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from snapshotter.core.keys import NAN
-from snapshotter.dialects import pg_types
+from snapshotter.sources.postgres import types as pg_types
 
 FLOAT4, FLOAT8 = 700, 701
 

@@ -17,10 +17,10 @@ from signals.names import TableId
 from snapshotter.core.events import ChangeEvent, Op, SnapshotMarker
 from snapshotter.core.position import Position
 from snapshotter.core.values import UNAVAILABLE_VALUE, RawJson
-from snapshotter.logs import pgoutput as pgo
-from snapshotter.logs.base import Change, Commit, LogItem, Notice, TableShape
-from snapshotter.logs.pg_decoder import PgOutputDecoder, pg_time_to_unix_ms
-from snapshotter.logs.pgoutput import UNCHANGED_TOAST, PgOutputError, parse_message
+from snapshotter.sources.log import Change, Commit, LogItem, Notice, TableShape
+from snapshotter.sources.postgres import pgoutput as pgo
+from snapshotter.sources.postgres.decoder import PgOutputDecoder, pg_time_to_unix_ms
+from snapshotter.sources.postgres.pgoutput import UNCHANGED_TOAST, PgOutputError, parse_message
 
 # -- a pgoutput encoder, the mirror of PostgreSQL's proto.c ----------------------------------
 

@@ -10,10 +10,10 @@ from dataclasses import replace
 import pytest
 
 from signals.names import TableId
-from snapshotter.dialects.base import ReadCancelled
-from snapshotter.dialects.my_setup import ServerFacts, filter_reach
-from snapshotter.dialects.mysql import timed_select
-from snapshotter.dialects.query_guard import Outcome, QueryGuard, timeout_error
+from snapshotter.sources.base import ReadCancelled
+from snapshotter.sources.mysql.dialect import timed_select
+from snapshotter.sources.mysql.setup import ServerFacts, filter_reach
+from snapshotter.sources.query_guard import Outcome, QueryGuard, timeout_error
 
 
 class FakeQuery:

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 from snapshotter.errors import disk_error, explain, is_privilege_error
 from snapshotter.landing.session import _delta_note
-from snapshotter.logs.pg_reader import BUSY_GRACE_S, SILENT_S, SlotHolder, slot_holder_may_be_dying
 from snapshotter.redact import (
     MASK,
     RedactingFilter,
@@ -24,6 +23,12 @@ from snapshotter.redact import (
     mask_url,
     setting_secrets,
     url_secrets,
+)
+from snapshotter.sources.postgres.reader import (
+    BUSY_GRACE_S,
+    SILENT_S,
+    SlotHolder,
+    slot_holder_may_be_dying,
 )
 
 # --- masking --------------------------------------------------------------------------------

@@ -20,11 +20,11 @@ from signals.names import TableId
 from snapshotter.core.events import ChangeEvent, Op, SnapshotMarker, Source
 from snapshotter.core.position import Position
 from snapshotter.core.window import ReadBatch
-from snapshotter.dialects.base import ColumnInfo, TableSchema
 from snapshotter.landing.lander import Landed
 from snapshotter.landing.staging import StagedBatch, StagingArea
 from snapshotter.sinks import spark as spark_sink
 from snapshotter.sinks.spark import SparkSink
+from snapshotter.sources.base import ColumnInfo, TableSchema
 
 A, B = TableId("shop", "a"), TableId("shop", "b")
 

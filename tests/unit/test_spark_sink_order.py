@@ -16,11 +16,11 @@ import pytest
 from signals.names import TableId
 from snapshotter.core.events import ChangeEvent, Op, SnapshotMarker, Source
 from snapshotter.core.position import Position
-from snapshotter.dialects.base import ColumnInfo, TableSchema
 from snapshotter.landing.lander import Landed
 from snapshotter.landing.staging import StagedBatch, StagingArea
 from snapshotter.landing.types import events_to_landed
 from snapshotter.sinks.spark import SparkSink, SparkSinkError
+from snapshotter.sources.base import ColumnInfo, TableSchema
 
 TABLE = TableId("shop", "items")
 SCHEMA = TableSchema(

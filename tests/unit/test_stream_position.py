@@ -20,25 +20,22 @@ from snapshotter.core.state import (
     StreamState,
     TableProgress,
 )
-from snapshotter.dialects.my_setup import BinlogRetention
-from snapshotter.dialects.pg_setup import SlotFacts, lsn_text, lsn_value
-from snapshotter.status import status_report
-from snapshotter.stream_position import (
+from snapshotter.sources.connector import saved_position_text
+from snapshotter.sources.mysql import positions as binlog_positions
+from snapshotter.sources.mysql.positions import binlog_backlog, binlog_problem, binlog_warnings
+from snapshotter.sources.mysql.setup import BinlogRetention
+from snapshotter.sources.positions import (
     LostPosition,
     StreamPositionLost,
-    binlog_backlog,
-    binlog_problem,
     execute_snapshot_command,
-    has_saved_position,
     lost_message,
-    mysql_warnings,
-    pg_warnings,
-    reset_state,
-    saved_position_text,
     size_text,
-    slot_problem,
-    tables_to_snapshot,
 )
+from snapshotter.sources.postgres import positions as slot_positions
+from snapshotter.sources.postgres.positions import slot_problem, slot_warnings
+from snapshotter.sources.postgres.setup import SlotFacts, lsn_text, lsn_value
+from snapshotter.status import status_report
+from snapshotter.stream_position import reset_state, tables_to_snapshot
 
 MB = 1024 * 1024
 SAVED = lsn_value("1/2000")
@@ -153,10 +150,11 @@ def test_saved_positions_read_as_people_read_them() -> None:
         == "binlog file binlog.000003 at 77"
     )
     assert saved_position_text({}) == "no saved position"
-    assert has_saved_position("postgres", {"lsn": SAVED})
-    assert not has_saved_position("postgres", {}) and not has_saved_position("postgres", {"lsn": 0})
-    assert has_saved_position("mysql", {"file": "b.000001", "pos": 4})
-    assert not has_saved_position("mysql", {})
+    assert slot_positions.has_saved_position({"lsn": SAVED})
+    assert not slot_positions.has_saved_position({})
+    assert not slot_positions.has_saved_position({"lsn": 0})
+    assert binlog_positions.has_saved_position({"file": "b.000001", "pos": 4})
+    assert not binlog_positions.has_saved_position({})
 
 
 # --- the error ---------------------------------------------------------------------------------
@@ -208,25 +206,25 @@ def test_tables_to_snapshot_again_are_the_captured_and_the_unfinished_ones() -> 
 
 
 def test_status_warns_of_a_missing_slot() -> None:
-    (saved,) = pg_warnings("s", None, {"lsn": SAVED}, 1024, "c.toml")
+    (saved,) = slot_warnings("s", None, {"lsn": SAVED}, 1024, "c.toml")
     assert "does not exist" in saved and "LSN 1/2000" in saved
     assert "snapshotter reset-stream -c c.toml" in saved
-    (fresh,) = pg_warnings("s", None, {}, 1024, "c.toml")
+    (fresh,) = slot_warnings("s", None, {}, 1024, "c.toml")
     assert "snapshotter init -c c.toml" in fresh
 
 
 def test_status_warns_of_a_lost_or_ahead_slot() -> None:
-    (lost,) = pg_warnings("s", slot(wal_status="lost"), {"lsn": SAVED}, 1024)
+    (lost,) = slot_warnings("s", slot(wal_status="lost"), {"lsn": SAVED}, 1024)
     assert "invalidated" in lost and "reset-stream" in lost and "refuse" in lost
-    (ahead,) = pg_warnings("s", slot(confirmed_flush_lsn=SAVED + 8), {"lsn": SAVED}, 1024)
+    (ahead,) = slot_warnings("s", slot(confirmed_flush_lsn=SAVED + 8), {"lsn": SAVED}, 1024)
     assert "after the state's position" in ahead
     # Lost before the engine ever saved a position: still worth saying.
-    (unsaved,) = pg_warnings("s", slot(wal_status="lost"), {}, 1024)
+    (unsaved,) = slot_warnings("s", slot(wal_status="lost"), {}, 1024)
     assert "invalidated" in unsaved
 
 
 def test_status_warns_of_an_unreserved_slot() -> None:
-    (warning,) = pg_warnings(
+    (warning,) = slot_warnings(
         "s", slot(wal_status="unreserved", max_slot_wal_keep_size="1GB"), {"lsn": SAVED}, 1024
     )
     assert "wal_status = unreserved" in warning and "max_slot_wal_keep_size = 1GB" in warning
@@ -235,17 +233,17 @@ def test_status_warns_of_an_unreserved_slot() -> None:
 
 def test_status_warns_of_retained_wal_past_the_threshold() -> None:
     big = slot(retained_bytes=3 * MB)
-    assert pg_warnings("s", big, {"lsn": SAVED}, 3) == []
-    (warning,) = pg_warnings("s", big, {"lsn": SAVED}, 2, "c.toml")
+    assert slot_warnings("s", big, {"lsn": SAVED}, 3) == []
+    (warning,) = slot_warnings("s", big, {"lsn": SAVED}, 2, "c.toml")
     assert "holds 3.0 MB of WAL" in warning and "source.backlog_warn_mb = 2" in warning
     assert "max_slot_wal_keep_size = -1" in warning and "disk can fill up" in warning
     assert "engine is not running" in warning
     assert "snapshotter run -c c.toml" in warning and "snapshotter teardown -c c.toml" in warning
     held = slot(retained_bytes=3 * MB, unconfirmed_bytes=100)
-    (warning,) = pg_warnings("s", held, {"lsn": SAVED}, 2)
+    (warning,) = slot_warnings("s", held, {"lsn": SAVED}, 2)
     assert "confirmed all but 100 bytes" in warning and "xact_start" in warning
     bounded = slot(retained_bytes=3 * MB, max_slot_wal_keep_size="10GB", active=True)
-    (warning,) = pg_warnings("s", bounded, {"lsn": SAVED}, 0)
+    (warning,) = slot_warnings("s", bounded, {"lsn": SAVED}, 0)
     assert "past max_slot_wal_keep_size = 10GB" in warning and "position is lost" in warning
     assert "streaming from it but behind" in warning
 
@@ -256,21 +254,21 @@ RETAIN_2D = BinlogRetention(172_800, "binlog_expire_logs_seconds = 172800")
 def test_status_warns_of_binlog_backlog_with_the_retention_deadline() -> None:
     resume = {"file": "binlog.000005", "pos": 4}
     logs = [("binlog.000005", 2 * MB), ("binlog.000006", MB)]
-    assert mysql_warnings(resume, logs, RETAIN_2D, 3) == []
-    (warning,) = mysql_warnings(resume, logs, RETAIN_2D, 2, "c.toml")
+    assert binlog_warnings(resume, logs, RETAIN_2D, 3) == []
+    (warning,) = binlog_warnings(resume, logs, RETAIN_2D, 2, "c.toml")
     assert "3.0 MB of binlog after the saved position (binlog.000005 at 4)" in warning
     assert "source.backlog_warn_mb = 2" in warning
     assert "purges binlogs after 2 days (binlog_expire_logs_seconds = 172800)" in warning
     assert "position is lost" in warning and "snapshotter run -c c.toml" in warning
     never = BinlogRetention(0, "binlog_expire_logs_seconds = 0")
-    (warning,) = mysql_warnings(resume, logs, never, 0)
+    (warning,) = binlog_warnings(resume, logs, never, 0)
     assert "never purges binlogs by itself" in warning
 
 
 def test_status_warns_of_a_purged_binlog_file() -> None:
-    (warning,) = mysql_warnings({"file": "binlog.000001", "pos": 4}, LOGS, RETAIN_2D, 1024)
+    (warning,) = binlog_warnings({"file": "binlog.000001", "pos": 4}, LOGS, RETAIN_2D, 1024)
     assert "no longer on the server" in warning and "reset-stream" in warning
-    assert mysql_warnings({}, LOGS, RETAIN_2D, 0) == []
+    assert binlog_warnings({}, LOGS, RETAIN_2D, 0) == []
 
 
 def test_retention_reads_as_a_duration() -> None:
@@ -397,7 +395,7 @@ def test_run_names_the_config_and_tables_when_the_binlog_is_purged_mid_run(
     """The binlog reader's error for a purged file (server error 1236) carries the lost
     position as its cause; `run` prints it with the config file and the tables."""
     from snapshotter import cli, runner
-    from snapshotter.logs.binlog_reader import BinlogReaderError
+    from snapshotter.sources.mysql.reader import BinlogReaderError
 
     config = tmp_path / "my.toml"
     config.write_text(

@@ -10,9 +10,9 @@ import pytest
 import sqlalchemy as sa
 
 from signals.names import TableId
-from snapshotter.dialects.base import ChunkReadError, TableError
-from snapshotter.dialects.mysql import MySqlDialect
-from snapshotter.dialects.postgres import PostgresDialect, pg_error_is_transient
+from snapshotter.sources.base import ChunkReadError, TableError
+from snapshotter.sources.mysql.dialect import MySqlDialect
+from snapshotter.sources.postgres.dialect import PostgresDialect, pg_error_is_transient
 
 REFUSED = (
     'connection failed: connection to server at "127.0.0.1", port 55999 failed: Connection '

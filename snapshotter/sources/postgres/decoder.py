@@ -1,7 +1,7 @@
 """pgoutput messages to log items: positioned Debezium change events, commits, table shapes.
 
 No IO: the reader hands :meth:`PgOutputDecoder.feed` each ``XLogData`` payload with the
-frame's start LSN, and gets back what the engine consumes (``snapshotter.logs.base``).
+frame's start LSN, and gets back what the engine consumes (``snapshotter.sources.log``).
 
 Positions are ``(commit LSN, seq)``: the transaction's commit LSN (from Begin) then the
 index of the event in the transaction. pgoutput sends transactions whole and in commit
@@ -26,9 +26,9 @@ from signals.names import TableId
 from snapshotter.core.events import ChangeEvent, Op, Source
 from snapshotter.core.position import Position
 from snapshotter.core.values import UNAVAILABLE_VALUE
-from snapshotter.dialects import pg_types
-from snapshotter.logs import pgoutput as pgo
-from snapshotter.logs.base import Change, Commit, LogItem, Notice, TableShape
+from snapshotter.sources.log import Change, Commit, LogItem, Notice, TableShape
+from snapshotter.sources.postgres import pgoutput as pgo
+from snapshotter.sources.postgres import types as pg_types
 
 # 2000-01-01 00:00 UTC (PostgreSQL's epoch) in Unix milliseconds.
 _PG_EPOCH_MS = 946_684_800_000
@@ -66,7 +66,7 @@ class _Txn:
 
 
 class PgOutputDecoder:
-    """Turns pgoutput (protocol version 1, text tuples) into ``snapshotter.logs.base`` items.
+    """Turns pgoutput (protocol version 1, text tuples) into ``snapshotter.sources.log`` items.
 
     One decoder follows one replication stream: it remembers Relation messages by OID and
     the open transaction, so it must see every message, in order, from the stream's start.
@@ -100,9 +100,9 @@ class PgOutputDecoder:
     def feed(self, data: bytes, wal_start: int) -> list[LogItem]:
         """Decode one message; ``wal_start`` is its XLogData frame's start LSN.
 
-        Raises :class:`~snapshotter.logs.pgoutput.PgOutputError` for a malformed message, a
-        change outside a transaction or of a relation no Relation message described, or a
-        A value the loaders refuse (``infinity`` timestamps, dates BC: outside Python's
+        Raises :class:`~snapshotter.sources.postgres.pgoutput.PgOutputError` for a malformed
+        message, a change outside a transaction or of a relation no Relation message
+        described. A value the loaders refuse (``infinity`` timestamps, dates BC: outside Python's
         range) is kept as its text, with a Notice, so the stream goes on.
         """
         items = self._dispatch(pgo.parse_message(data), wal_start)

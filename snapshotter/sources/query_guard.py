@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from signals.names import TableId
-from snapshotter.dialects.base import ReadCancelled, TableError
+from snapshotter.sources.base import ReadCancelled, TableError
 
 log = logging.getLogger("snapshotter.chunks")
 

@@ -7,7 +7,7 @@ whole sequence (a primary-key change is two events: a delete, then a create).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -66,6 +66,12 @@ class Notice:
 LogItem = Change | Commit | TableShape | Progress | Notice
 
 
+class LogReaderError(RuntimeError):
+    """The log cannot be read on; the message says why and what to do. A saved position the
+    server no longer has is a :class:`~snapshotter.sources.positions.StreamPositionLost`
+    kept as the ``__cause__``, so the CLI can name the config file and the tables."""
+
+
 class LogReader(Protocol):
     def read(self, timeout: float) -> list[LogItem]:
         """Items available now, waiting at most ``timeout`` seconds for the first."""
@@ -81,3 +87,9 @@ class LogReader(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+# What opens a log reader: from the saved restart point, keying each table's events by the
+# columns the engine names (None: the table's own key).
+KeyColumns = Callable[[TableId], Sequence[str] | None]
+OpenReader = Callable[[Mapping[str, Any], KeyColumns], LogReader]

@@ -41,9 +41,9 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from signals.names import TableId
 from snapshotter.core.events import ChangeEvent, Op, Source
 from snapshotter.core.position import Position
-from snapshotter.dialects import my_types
-from snapshotter.dialects.mysql import binlog_file_number, binlog_offset
-from snapshotter.logs.base import Change, Commit, LogItem, Notice, Progress, TableShape
+from snapshotter.sources.log import Change, Commit, LogItem, Notice, Progress, TableShape
+from snapshotter.sources.mysql import types as my_types
+from snapshotter.sources.mysql.positions import binlog_file_number, binlog_offset
 
 # The statements that change a table's definition (and commit implicitly).
 _DDL = re.compile(r"^\s*(ALTER|CREATE|DROP|RENAME|TRUNCATE)\b", re.IGNORECASE)

@@ -31,43 +31,43 @@ from typing import Any
 import pymysql
 import sqlalchemy as sa
 
-from signals import Watermark
 from signals.names import TableId
-from signals.table import delete_watermarks, insert_signal, watermark_rows
-from snapshotter.core.keys import Key, KeyCodecError, normalize_key
-from snapshotter.dialects import my_client, my_types
-from snapshotter.dialects.base import (
-    ChunkRead,
+from snapshotter.core.keys import Key
+from snapshotter.faults import failpoint
+from snapshotter.sources.base import (
     ChunkReadError,
+    ChunkRows,
+    ChunkSpec,
     ColumnInfo,
     Dialect,
     TableError,
     TableSchema,
-    error_chain,
 )
-from snapshotter.dialects.query_guard import (
+from snapshotter.sources.mysql import client as my_client
+from snapshotter.sources.mysql import types as my_types
+from snapshotter.sources.mysql.positions import binlog_end, binlog_offset
+from snapshotter.sources.query_guard import (
     CANCEL_TIMEOUT_S,
     DEFAULT_TIMEOUT_S,
     GuardedQuery,
     Outcome,
     QueryGuard,
-    cancelled_error,
     session_changed_error,
-    timeout_error,
 )
-from snapshotter.dialects.relations import mysql_relation_kinds
-from snapshotter.dialects.sql_common import (
+from snapshotter.sources.relations import mysql_relation_kinds
+from snapshotter.sources.sql_common import (
     CHUNK_QUERY,
+    ChunkQueries,
+    SqlDialect,
     StatementCache,
-    check_bounds,
+    checked_key,
+    chunk_shape,
     columns_converter,
-    key_clauses,
+    count_params,
     last_key,
     rows_to_arrow,
     sa_table,
-    signal_filter,
 )
-from snapshotter.faults import failpoint
 
 _SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 # Errors that mean the connection, not the query, failed, or the server is going away or
@@ -120,36 +120,8 @@ def mysql_url(url: str | sa.URL) -> sa.URL:
     return parsed.set(drivername="mysql+pymysql")
 
 
-def binlog_offset(file_name: str, position: int) -> int:
-    """A binlog coordinate as one integer that grows with the log: the file's sequence
-    number (``binlog.000042`` -> 42) in the high bits, the byte offset in the low 32."""
-    return (binlog_file_number(file_name) << 32) | position
-
-
-def binlog_file_number(file_name: str) -> int:
-    _, _, suffix = file_name.rpartition(".")
-    if not suffix.isdigit():
-        raise ValueError(f"binlog file name {file_name!r} does not end in a sequence number")
-    return int(suffix)
-
-
-def binlog_status(conn: sa.Connection) -> tuple[str, int] | None:
-    """The binlog file and position the server writes next; None when binary logging is
-    off. MySQL 8.4 removed ``SHOW MASTER STATUS`` for ``SHOW BINARY LOG STATUS`` (which
-    MariaDB before 10.5.2 lacks): try the new name first."""
-    for statement in ("SHOW BINARY LOG STATUS", "SHOW MASTER STATUS"):
-        try:
-            row = conn.exec_driver_sql(statement).first()
-        except sa.exc.ProgrammingError:
-            continue
-        if row is None:
-            return None
-        return str(row[0]), int(row[1])
-    return None
-
-
-class MySqlDialect:
-    """:class:`snapshotter.dialects.base.Dialect` for MySQL 8 and MariaDB 10.5+."""
+class MySqlDialect(SqlDialect):
+    """:class:`snapshotter.sources.base.Dialect` for MySQL 8 and MariaDB 10.5+."""
 
     connector = "mysql"
     dollar_quotes = False
@@ -218,17 +190,12 @@ class MySqlDialect:
             self._conn = conn
         return self._conn
 
-    def is_transient(self, exc: BaseException) -> bool:
+    @staticmethod
+    def _transient_error(error: BaseException) -> bool:
         """A lost or refused connection, a server shutting down or out of connections, a
         killed connection: retry. Not: what the query did, access denied, a missing
         database."""
-        return any(_transient(error) for error in error_chain(exc))
-
-    def cancel_reads(self) -> None:
-        self._guard.cancel()
-
-    def allow_reads(self) -> None:
-        self._guard.allow()
+        return _transient(error)
 
     def close(self) -> None:
         self._guard.close()
@@ -391,30 +358,24 @@ class MySqlDialect:
     ) -> Key | None:
         keys = tuple(key_columns)
         sql = self._statements.get(
-            ("max", schema, keys, condition), lambda: _max_key_query(schema, keys, condition)
+            ("max", schema, keys, condition),
+            lambda: self._queries(schema, keys).max_key(condition),
         )
         rows = self._read(schema.table, "max-key query", sql, {}, condition is not None)
         if not rows:
             return None
         (key,) = self._model_rows(schema, keys, rows, keys)
-        return self._checked_key(schema, key, "maximum key")
+        return checked_key(schema.table, key, "maximum key")
 
-    def read_chunk(
-        self,
-        schema: TableSchema,
-        key_columns: Sequence[str],
-        after: Key | None,
-        upto: Key,
-        condition: str | None,
-        limit: int,
-    ) -> ChunkRead:
-        sql, params = self._chunk_statement(schema, key_columns, after, upto, condition, limit)
-        rows = self._read(schema.table, CHUNK_QUERY, sql, params, condition is not None)
-        rows = self._model_rows(schema, schema.column_names, rows, key_columns)
-        last = last_key(schema, key_columns, rows)
+    def read_chunk(self, spec: ChunkSpec) -> ChunkRows:
+        sql, params = self._statement(spec, False)
+        rows = self._read(spec.table, CHUNK_QUERY, sql, params, spec.filtered)
+        schema = spec.schema
+        rows = self._model_rows(schema, schema.column_names, rows, spec.key_columns)
+        last = last_key(schema, spec.key_columns, rows)
         if last is not None:
-            last = self._checked_key(schema, last, "last key of a chunk")
-        return ChunkRead(rows_to_arrow(schema, rows), last, None)
+            last = checked_key(spec.table, last, "last key of a chunk")
+        return ChunkRows(rows_to_arrow(schema, rows), last, None)
 
     def _model_rows(
         self,
@@ -433,59 +394,41 @@ class MySqlDialect:
         except my_types.KeyTypeError as exc:
             raise TableError(f"table {schema.table}: {exc}") from None
 
-    @staticmethod
-    def _checked_key(schema: TableSchema, key: Sequence[Any], what: str) -> Key:
-        """``key`` as state keeps it; a TableError, not a failure to save state later, for a
-        value that cannot be kept."""
-        try:
-            return normalize_key(key)
-        except KeyCodecError as exc:
-            raise TableError(
-                f"table {schema.table}: its {what} {tuple(key)!r} cannot be kept: {exc}"
-            ) from None
-
-    def explain_chunk(
-        self,
-        schema: TableSchema,
-        key_columns: Sequence[str],
-        after: Key | None,
-        upto: Key,
-        condition: str | None,
-        limit: int,
-    ) -> list[dict[str, Any]]:
+    def explain_chunk(self, spec: ChunkSpec) -> list[dict[str, Any]]:
         """``EXPLAIN`` of the chunk SELECT ``read_chunk`` would run, one dict per plan row
         (``type`` must be ``range`` for a key range, not ``index`` or ``ALL``)."""
-        sql, params = self._chunk_statement(schema, key_columns, after, upto, condition, limit)
+        return self._explain(spec, False)
+
+    def _statement(self, spec: ChunkSpec, bound: bool) -> tuple[str, dict[str, Any]]:
+        """The chunk SELECT (or, ``bound``, the chunk bound query) of ``spec`` and its
+        parameters."""
+        bindings = self.key_bindings(spec.schema, spec.key_columns)
+        sql = self._statements.get(
+            chunk_shape(spec, bound),
+            lambda: self._queries(spec.schema, spec.key_columns, bindings).of(spec, bound),
+        )
+        try:
+            params = _key_params(bindings, spec.after, spec.upto)
+        except my_types.KeyTypeError as exc:
+            raise TableError(f"table {spec.table}: {exc}") from None
+        return sql, {**params, **count_params(spec, bound)}
+
+    def _explain(self, spec: ChunkSpec, bound: bool) -> list[dict[str, Any]]:
+        sql, params = self._statement(spec, bound)
         with self._conn_lock:
             conn = self._connection()
             with my_client.dict_cursor(conn) as cur:
                 cur.execute("EXPLAIN " + sql, params)
                 return list(cur.fetchall())
 
-    def _chunk_statement(
+    def _queries(
         self,
         schema: TableSchema,
         key_columns: Sequence[str],
-        after: Key | None,
-        upto: Key,
-        condition: str | None,
-        limit: int,
-    ) -> tuple[str, dict[str, Any]]:
-        keys = tuple(key_columns)
-        check_bounds(keys, after, upto)
-        has_after = after is not None
-        bindings = self.key_bindings(schema, keys)
+        bindings: Sequence[my_types.KeyBinding] = (),
+    ) -> _MyChunkQueries:
         enums = frozenset(i for i, b in enumerate(bindings) if b.members is not None)
-        sql = self._statements.get(
-            ("chunk", schema, keys, has_after, condition),
-            lambda: _chunk_query(
-                schema, keys, has_after, condition, self._float_columns(schema), enums
-            ),
-        )
-        try:
-            return sql, _bound_params(bindings, after, upto, limit)
-        except my_types.KeyTypeError as exc:
-            raise TableError(f"table {schema.table}: {exc}") from None
+        return _MyChunkQueries(schema, key_columns, self._float_columns(schema), enums)
 
     def _float_columns(self, schema: TableSchema) -> frozenset[str]:
         types = self.column_types(schema)
@@ -631,93 +574,23 @@ class MySqlDialect:
             return ChunkReadError(message)
         return TableError(message)
 
-    def _outcome_error(
-        self, outcome: Outcome, table: TableId, what: str, filtered: bool
-    ) -> Exception:
-        if outcome is Outcome.CANCELLED:
-            return cancelled_error(what, table)
-        return timeout_error(what, table, self.chunk_timeout_s, filtered)
-
     # --- chunk bounds (parallel reads, core.spans) -----------------------------------------
 
-    def chunk_bound(
-        self,
-        schema: TableSchema,
-        key_columns: Sequence[str],
-        after: Key | None,
-        upto: Key,
-        condition: str | None,
-        rows: int,
-    ) -> Key | None:
-        keys = tuple(key_columns)
-        sql, params = self._bound_statement(schema, keys, after, upto, condition, rows)
-        found = self._read(schema.table, "chunk bound query", sql, params, condition is not None)
+    def chunk_bound(self, spec: ChunkSpec) -> Key | None:
+        sql, params = self._statement(spec, True)
+        found = self._read(spec.table, "chunk bound query", sql, params, spec.filtered)
         if not found:
             return None
-        (key,) = self._model_rows(schema, keys, found, keys)
-        return self._checked_key(schema, key, "chunk bound")
+        keys = spec.key_columns
+        (key,) = self._model_rows(spec.schema, keys, found, keys)
+        return checked_key(spec.table, key, "chunk bound")
 
-    def explain_bound(
-        self,
-        schema: TableSchema,
-        key_columns: Sequence[str],
-        after: Key | None,
-        upto: Key,
-        condition: str | None,
-        rows: int,
-    ) -> list[dict[str, Any]]:
+    def explain_bound(self, spec: ChunkSpec) -> list[dict[str, Any]]:
         """``EXPLAIN`` of ``chunk_bound``'s query, one dict per plan row (``type`` must be
         ``range`` on the key's index)."""
-        keys = tuple(key_columns)
-        sql, params = self._bound_statement(schema, keys, after, upto, condition, rows)
-        with self._conn_lock:
-            conn = self._connection()
-            with my_client.dict_cursor(conn) as cur:
-                cur.execute("EXPLAIN " + sql, params)
-                return list(cur.fetchall())
-
-    def _bound_statement(
-        self,
-        schema: TableSchema,
-        keys: tuple[str, ...],
-        after: Key | None,
-        upto: Key,
-        condition: str | None,
-        rows: int,
-    ) -> tuple[str, dict[str, Any]]:
-        if rows < 1:
-            raise ValueError(f"a chunk bound needs rows >= 1, not {rows}")
-        check_bounds(keys, after, upto)
-        has_after = after is not None
-        bindings = self.key_bindings(schema, keys)
-        enums = frozenset(i for i, b in enumerate(bindings) if b.members is not None)
-        sql = self._statements.get(
-            ("bound", schema, keys, has_after, condition),
-            lambda: _bound_query(
-                schema, keys, has_after, condition, self._float_columns(schema), enums
-            ),
-        )
-        try:
-            params = _bound_params(bindings, after, upto, 1)
-        except my_types.KeyTypeError as exc:
-            raise TableError(f"table {schema.table}: {exc}") from None
-        del params["limit"]
-        params["skip"] = rows - 1
-        return sql, params
+        return self._explain(spec, True)
 
     # --- writes and the log ----------------------------------------------------------------
-
-    def write_watermark(self, watermark: Watermark) -> None:
-        with self.engine.begin() as conn:
-            insert_signal(conn, self.signal_table, watermark)
-
-    def delete_watermarks(self, window_ids: Sequence[str]) -> int:
-        with self.engine.begin() as conn:
-            return delete_watermarks(conn, self.signal_table, window_ids)
-
-    def watermark_rows(self, after: str | None, limit: int) -> list[tuple[str, str]]:
-        with self.engine.connect() as conn:
-            return watermark_rows(conn, self.signal_table, after, limit)
 
     def ensure_captured(self, tables: Sequence[TableId]) -> list[TableId]:
         """The binlog carries every table: nothing to add (the log reader decodes the tables
@@ -726,11 +599,7 @@ class MySqlDialect:
 
     def binlog_start(self) -> dict[str, Any]:
         """Where a reader that starts now begins: the binlog's current end."""
-        with self.engine.connect() as conn:
-            status = binlog_status(conn)
-        if status is None:
-            raise TableError("binary logging is off on the source (log_bin=OFF)")
-        return {"file": status[0], "pos": status[1]}
+        return binlog_end(self.engine)
 
     def log_end(self) -> int:
         start = self.binlog_start()
@@ -791,17 +660,45 @@ def _reset_session(conn: Any, url: sa.URL) -> tuple[Any, ...] | None:
     return _session_variables(conn)
 
 
-def _outputs(
-    table: sa.TableClause, schema: TableSchema, floats: frozenset[str]
-) -> list[sa.ColumnElement[Any]]:
-    out: list[sa.ColumnElement[Any]] = []
-    for column in schema.columns:
-        raw = table.c[column.name]
-        if column.name in floats:
-            out.append(sa.cast(raw, sa.Double()).label(column.name))
-        else:
-            out.append(raw)
-    return out
+class _MyChunkQueries(ChunkQueries):
+    """The chunk SQL (``sql_common.ChunkQueries``) as MySQL and MariaDB range-scan it."""
+
+    def __init__(
+        self,
+        schema: TableSchema,
+        key_columns: Sequence[str],
+        floats: frozenset[str],
+        enums: frozenset[int] = frozenset(),
+    ) -> None:
+        super().__init__(schema, key_columns)
+        self.floats = floats  # FLOAT columns (``my_types.selects_as_double``)
+        self.enums = enums  # the positions of ENUM key columns (``key_bound``)
+
+    def output(self, column: ColumnInfo) -> sa.ColumnElement[Any]:
+        return _output(self.table, column, self.floats)
+
+    def key_range(self, prefix: str, lower: bool) -> sa.ColumnElement[bool]:
+        bound: sa.ColumnElement[bool] = key_bound(self.keys, prefix, lower, self.enums)
+        return bound
+
+    def count(self, name: str) -> sa.BindParameter[Any]:
+        return sa.bindparam(name)
+
+
+def _output(
+    table: sa.TableClause, column: ColumnInfo, floats: frozenset[str]
+) -> sa.ColumnElement[Any]:
+    """FLOAT as DOUBLE (exact, as the binlog has it); every other column as is."""
+    raw = table.c[column.name]
+    if column.name in floats:
+        return sa.cast(raw, sa.Double()).label(column.name)
+    return raw
+
+
+def _select_all(schema: TableSchema, floats: frozenset[str]) -> sa.Select[Any]:
+    """Every row, every column as the chunk query selects it (``scan``)."""
+    table = sa_table(schema)
+    return sa.select(*(_output(table, c, floats) for c in schema.columns)).select_from(table)
 
 
 def key_bound(
@@ -835,12 +732,12 @@ def key_bound(
     return sa.and_(leading, sa.or_(*alternatives))
 
 
-def _bound_params(
-    bindings: Sequence[my_types.KeyBinding], after: Key | None, upto: Key, limit: int
+def _key_params(
+    bindings: Sequence[my_types.KeyBinding], after: Key | None, upto: Key
 ) -> dict[str, Any]:
-    """The chunk query's parameters: ``u<i>`` the upper key, ``a<i>`` the lower one, each
+    """The key range's parameters: ``u<i>`` the upper key, ``a<i>`` the lower one, each
     value as its column compares in the index's order (``my_types.KeyBinding``)."""
-    params: dict[str, Any] = {"limit": limit}
+    params: dict[str, Any] = {}
     for prefix, key in (("u", upto), ("a", after)):
         for i, (binding, value) in enumerate(zip(bindings, key or (), strict=False)):
             name = f"{prefix}{i}"
@@ -849,65 +746,6 @@ def _bound_params(
             else:
                 params[name] = value if binding.to_param is None else binding.to_param(value)
     return params
-
-
-def _max_key_query(
-    schema: TableSchema, key_columns: tuple[str, ...], condition: str | None
-) -> sa.Select[Any]:
-    table = sa_table(schema)
-    keys = key_clauses(schema, table, key_columns)
-    query = sa.select(*keys).select_from(table)
-    if condition is not None:
-        query = query.where(signal_filter(condition))
-    return query.order_by(*(k.desc() for k in keys)).limit(sa.literal_column("1"))
-
-
-def _chunk_query(
-    schema: TableSchema,
-    key_columns: tuple[str, ...],
-    has_after: bool,
-    condition: str | None,
-    floats: frozenset[str],
-    enums: frozenset[int] = frozenset(),
-) -> sa.Select[Any]:
-    table = sa_table(schema)
-    keys = key_clauses(schema, table, key_columns)
-    query = sa.select(*_outputs(table, schema, floats)).select_from(table)
-    if has_after:
-        query = query.where(key_bound(keys, "a", lower=True, enums=enums))
-    query = query.where(key_bound(keys, "u", lower=False, enums=enums))
-    if condition is not None:
-        query = query.where(signal_filter(condition))
-    return query.order_by(*keys).limit(sa.bindparam("limit"))
-
-
-def _bound_query(
-    schema: TableSchema,
-    key_columns: tuple[str, ...],
-    has_after: bool,
-    condition: str | None,
-    floats: frozenset[str],
-    enums: frozenset[int] = frozenset(),
-) -> sa.Select[Any]:
-    """The key ``:skip`` rows past the first after ``:a`` (within ``:u``, under the filter):
-    the chunk query's key range (``key_bound``: a range scan) and order, the key columns
-    only, as the chunk query reads them (FLOAT as DOUBLE: exact), so the server walks the
-    key's index and sends one row."""
-    table = sa_table(schema)
-    keys = key_clauses(schema, table, key_columns)
-    outputs = [sa.cast(k, sa.Double()).label(k.name) if k.name in floats else k for k in keys]
-    query = sa.select(*outputs).select_from(table)
-    if has_after:
-        query = query.where(key_bound(keys, "a", lower=True, enums=enums))
-    query = query.where(key_bound(keys, "u", lower=False, enums=enums))
-    if condition is not None:
-        query = query.where(signal_filter(condition))
-    return query.order_by(*keys).limit(sa.literal_column("1")).offset(sa.bindparam("skip"))
-
-
-def _select_all(schema: TableSchema, floats: frozenset[str]) -> sa.Select[Any]:
-    table = sa_table(schema)
-    return sa.select(*_outputs(table, schema, floats)).select_from(table)
 
 
 def _is_a_dialect(dialect: MySqlDialect) -> Dialect:

@@ -24,11 +24,10 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from snapshotter.dialects.pg_setup import Problem
+from snapshotter.sources.setup_common import Problem
 
 __all__ = [
     "BinlogRetention",
-    "Problem",
     "ServerFacts",
     "binary_logs",
     "binlog_retention",
@@ -40,7 +39,7 @@ __all__ = [
 
 MIN_RETENTION_SECONDS = 86_400  # warn when binlogs are purged sooner than this
 SUGGESTED_RETENTION_DAYS = 7
-# runner.binlog_server_id: the random client id picked when source.server_id is unset.
+# MySqlConnector.server_id: the random client id picked when source.server_id is unset.
 RANDOM_CLIENT_IDS = range(5400, 6400)
 
 # Global variables gathered (absent ones are None in ServerFacts): what the checks need, and

@@ -3,7 +3,7 @@
 The format is PostgreSQL's "Logical Replication Message Formats" (protocol chapter): one
 message per ``XLogData`` payload, or per row of ``pg_logical_slot_peek_binary_changes``.
 :func:`parse_message` turns one such payload into a frozen dataclass; turning those into
-change events is :mod:`snapshotter.logs.pg_decoder`'s job.
+change events is :mod:`snapshotter.sources.postgres.decoder`'s job.
 
 Column values stay raw here: ``None`` for SQL NULL, :data:`UNCHANGED_TOAST` for a TOASTed
 value the update did not touch (the log does not carry it), or the value's text output as

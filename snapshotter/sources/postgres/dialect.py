@@ -29,43 +29,41 @@ from psycopg.conninfo import make_conninfo
 from sqlalchemy.dialects.postgresql import psycopg as sa_psycopg
 from sqlalchemy.types import UserDefinedType
 
-from signals import Watermark
 from signals.names import TableId
-from signals.table import delete_watermarks, insert_signal, watermark_rows
-from snapshotter.core.keys import Key, KeyCodecError, normalize_key
+from snapshotter.core.keys import Key
 from snapshotter.core.visibility import PgSnapshot
-from snapshotter.dialects import pg_arrow, pg_setup, pg_types
-from snapshotter.dialects.base import (
-    ChunkRead,
+from snapshotter.faults import failpoint
+from snapshotter.sources.base import (
     ChunkReadError,
+    ChunkRows,
+    ChunkSpec,
     ColumnInfo,
     Dialect,
     TableError,
     TableSchema,
-    error_chain,
 )
-from snapshotter.dialects.query_guard import (
+from snapshotter.sources.postgres import arrow as pg_arrow
+from snapshotter.sources.postgres import setup as pg_setup
+from snapshotter.sources.postgres import types as pg_types
+from snapshotter.sources.query_guard import (
     CANCEL_TIMEOUT_S,
     DEFAULT_TIMEOUT_S,
     GuardedQuery,
     Outcome,
     QueryGuard,
-    cancelled_error,
     session_changed_error,
-    timeout_error,
 )
-from snapshotter.dialects.relations import pg_relation_kinds
-from snapshotter.dialects.sql_common import (
+from snapshotter.sources.relations import pg_relation_kinds
+from snapshotter.sources.sql_common import (
     CHUNK_QUERY,
+    ChunkQueries,
+    SqlDialect,
     StatementCache,
-    bound_params,
-    check_bounds,
+    checked_key,
+    chunk_shape,
     columns_converter,
-    key_clauses,
-    sa_table,
-    signal_filter,
+    count_params,
 )
-from snapshotter.faults import failpoint
 
 DEFAULT_SCHEMA = pg_setup.DEFAULT_SCHEMA
 
@@ -191,8 +189,8 @@ class _Relation:
     readable: bool
 
 
-class PostgresDialect:
-    """:class:`snapshotter.dialects.base.Dialect` for PostgreSQL (13+)."""
+class PostgresDialect(SqlDialect):
+    """:class:`snapshotter.sources.base.Dialect` for PostgreSQL (13+)."""
 
     connector = "postgresql"
     dollar_quotes = True
@@ -262,17 +260,12 @@ class PostgresDialect:
         conn.float_text = int(digits) <= 0
         return conn
 
-    def is_transient(self, exc: BaseException) -> bool:
+    @staticmethod
+    def _transient_error(error: BaseException) -> bool:
         """A lost or refused connection, a server shutting down, starting up or crashed, a
         terminated backend, no free connection slot: retry. Not: what the query did, an
         authentication or permission failure, a missing database."""
-        return any(_transient(error) for error in error_chain(exc))
-
-    def cancel_reads(self) -> None:
-        self._guard.cancel()
-
-    def allow_reads(self) -> None:
-        self._guard.allow()
+        return _transient(error)
 
     def close(self) -> None:
         self._guard.close()
@@ -433,76 +426,47 @@ class PostgresDialect:
         def statement(float_text: bool) -> tuple[str, list[Any]]:
             sql = self._statements.get(
                 ("max", schema, keys, condition, float_text),
-                lambda: _max_key_query(schema, keys, condition, float_text),
+                lambda: _PgChunkQueries(schema, keys, float_text).max_key(condition),
             )
             return sql, []
 
         rows, _ = self._read(schema.table, "max-key query", statement, condition is not None)
         return _key_of(schema, keys, rows, "maximum key")
 
-    def read_chunk(
-        self,
-        schema: TableSchema,
-        key_columns: Sequence[str],
-        after: Key | None,
-        upto: Key,
-        condition: str | None,
-        limit: int,
-    ) -> ChunkRead:
-        statement = partial(
-            self._chunk_statement, schema, key_columns, after, upto, condition, limit
-        )
-        raw, snapshot = self._read(schema.table, CHUNK_QUERY, statement, condition is not None)
-        rows = _to_schema(schema.table, raw, schema.arrow_schema())
-        last = pg_arrow.last_row_key(rows, key_columns)
-        return ChunkRead(
+    def read_chunk(self, spec: ChunkSpec) -> ChunkRows:
+        statement = partial(self._statement, spec, False)
+        raw, snapshot = self._read(spec.table, CHUNK_QUERY, statement, spec.filtered)
+        rows = _to_schema(spec.table, raw, spec.schema.arrow_schema())
+        last = pg_arrow.last_row_key(rows, spec.key_columns)
+        return ChunkRows(
             rows,
-            None if last is None else _checked_key(schema.table, last, "last key of a chunk"),
+            None if last is None else checked_key(spec.table, last, "last key of a chunk"),
             PgSnapshot.parse(snapshot),
         )
 
-    def explain_chunk(
-        self,
-        schema: TableSchema,
-        key_columns: Sequence[str],
-        after: Key | None,
-        upto: Key,
-        condition: str | None,
-        limit: int,
-    ) -> str:
+    def explain_chunk(self, spec: ChunkSpec) -> str:
         """The plan (``EXPLAIN``) of the chunk SELECT ``read_chunk`` would run: a composite
         key must be an index range (``Index Cond`` with the row comparison), or every chunk
         reads the index from its start."""
+        return self._explain(spec, False, "EXPLAIN of the chunk query")
 
+    def _statement(self, spec: ChunkSpec, bound: bool, float_text: bool) -> tuple[str, list[Any]]:
+        """The chunk SELECT (or, ``bound``, the chunk bound query) of ``spec`` and its
+        parameters in ``$n`` order."""
+        sql, names = self._statements.get_positional(
+            (*chunk_shape(spec, bound), float_text),
+            lambda: _PgChunkQueries(spec.schema, spec.key_columns, float_text).of(spec, bound),
+        )
+        params = {**_key_params(spec), **count_params(spec, bound)}
+        return sql, [params[name] for name in names]
+
+    def _explain(self, spec: ChunkSpec, bound: bool, what: str) -> str:
         def statement(float_text: bool) -> tuple[str, list[Any]]:
-            sql, params = self._chunk_statement(
-                schema, key_columns, after, upto, condition, limit, float_text
-            )
+            sql, params = self._statement(spec, bound, float_text)
             return "EXPLAIN " + sql, params
 
-        rows, _ = self._read(schema.table, "EXPLAIN of the chunk query", statement, False)
+        rows, _ = self._read(spec.table, what, statement, False)
         return "\n".join(str(line) for line in rows.column(0).to_pylist())
-
-    def _chunk_statement(
-        self,
-        schema: TableSchema,
-        key_columns: Sequence[str],
-        after: Key | None,
-        upto: Key,
-        condition: str | None,
-        limit: int,
-        float_text: bool,
-    ) -> tuple[str, list[Any]]:
-        """The chunk SELECT and its parameters in ``$n`` order."""
-        keys = tuple(key_columns)
-        check_bounds(keys, after, upto)
-        has_after = after is not None
-        sql, names = self._statements.get_positional(
-            ("chunk", schema, keys, has_after, condition, float_text),
-            lambda: _chunk_query(schema, keys, has_after, condition, float_text),
-        )
-        params = bound_params(after, upto, limit)
-        return sql, [params[name] for name in names]
 
     def row_converter(
         self, schema: TableSchema
@@ -650,88 +614,19 @@ class PostgresDialect:
             return ChunkReadError(message)
         return TableError(message)
 
-    def _outcome_error(
-        self, outcome: Outcome, table: TableId, what: str, filtered: bool
-    ) -> Exception:
-        if outcome is Outcome.CANCELLED:
-            return cancelled_error(what, table)
-        return timeout_error(what, table, self.chunk_timeout_s, filtered)
-
     # --- chunk bounds (parallel reads, core.spans) -----------------------------------------
 
-    def chunk_bound(
-        self,
-        schema: TableSchema,
-        key_columns: Sequence[str],
-        after: Key | None,
-        upto: Key,
-        condition: str | None,
-        rows: int,
-    ) -> Key | None:
-        statement = partial(
-            self._bound_statement, schema, key_columns, after, upto, condition, rows
-        )
-        found, _ = self._read(schema.table, "chunk bound query", statement, condition is not None)
-        return _key_of(schema, tuple(key_columns), found, "chunk bound")
+    def chunk_bound(self, spec: ChunkSpec) -> Key | None:
+        statement = partial(self._statement, spec, True)
+        found, _ = self._read(spec.table, "chunk bound query", statement, spec.filtered)
+        return _key_of(spec.schema, spec.key_columns, found, "chunk bound")
 
-    def explain_bound(
-        self,
-        schema: TableSchema,
-        key_columns: Sequence[str],
-        after: Key | None,
-        upto: Key,
-        condition: str | None,
-        rows: int,
-    ) -> str:
+    def explain_bound(self, spec: ChunkSpec) -> str:
         """The plan of ``chunk_bound``'s query: an index (only) scan with the key range as
         its ``Index Cond``, never a scan from the index's start or a sort."""
+        return self._explain(spec, True, "EXPLAIN of the chunk bound query")
 
-        def statement(float_text: bool) -> tuple[str, list[Any]]:
-            sql, params = self._bound_statement(
-                schema, key_columns, after, upto, condition, rows, float_text
-            )
-            return "EXPLAIN " + sql, params
-
-        found, _ = self._read(schema.table, "EXPLAIN of the chunk bound query", statement, False)
-        return "\n".join(str(line) for line in found.column(0).to_pylist())
-
-    def _bound_statement(
-        self,
-        schema: TableSchema,
-        key_columns: Sequence[str],
-        after: Key | None,
-        upto: Key,
-        condition: str | None,
-        rows: int,
-        float_text: bool,
-    ) -> tuple[str, list[Any]]:
-        if rows < 1:
-            raise ValueError(f"a chunk bound needs rows >= 1, not {rows}")
-        keys = tuple(key_columns)
-        check_bounds(keys, after, upto)
-        has_after = after is not None
-        sql, names = self._statements.get_positional(
-            ("bound", schema, keys, has_after, condition, float_text),
-            lambda: _bound_query(schema, keys, has_after, condition, float_text),
-        )
-        params = bound_params(after, upto, 1)
-        del params["limit"]
-        params["skip"] = rows - 1
-        return sql, [params[name] for name in names]
-
-    # --- writes --------------------------------------------------------------------------
-
-    def write_watermark(self, watermark: Watermark) -> None:
-        with self.engine.begin() as conn:
-            insert_signal(conn, self.signal_table, watermark)
-
-    def delete_watermarks(self, window_ids: Sequence[str]) -> int:
-        with self.engine.begin() as conn:
-            return delete_watermarks(conn, self.signal_table, window_ids)
-
-    def watermark_rows(self, after: str | None, limit: int) -> list[tuple[str, str]]:
-        with self.engine.connect() as conn:
-            return watermark_rows(conn, self.signal_table, after, limit)
+    # --- capture and the log ------------------------------------------------------------
 
     def ensure_captured(self, tables: Sequence[TableId]) -> list[TableId]:
         wanted = [t.with_default_schema(DEFAULT_SCHEMA) for t in tables]
@@ -762,23 +657,50 @@ def _first_row(table: pa.Table) -> tuple[Any, ...]:
     return tuple(column[0].as_py() for column in table.columns)
 
 
-def _output(table: sa.TableClause, column: ColumnInfo, float_text: bool) -> sa.ColumnElement[Any]:
-    """The column as selected, under its own name: as is when read by type, cast where the
-    driver's binary value differs from what the log decoder loads (``pg_arrow.select_as``),
-    else the text of its type's output function, as pgoutput sends it
-    (``pg_types.OUTPUT_TEXT``, written with SQLAlchemy)."""
-    raw = table.c[column.name]
-    how = pg_arrow.how_read(column.type_code, float_text)
-    if how is pg_arrow.Read.AS_IS:
-        return raw
-    if how is pg_arrow.Read.FLOAT_TEXT:
-        return sa.cast(sa.cast(raw, sa.Text()), sa.Double()).label(column.name)
-    if how is pg_arrow.Read.TEXT:
-        return sa.cast(raw, sa.Text()).label(column.name)
-    if how is pg_arrow.Read.BIGINT:
-        return sa.cast(raw, sa.BigInteger()).label(column.name)
-    one: sa.ColumnElement[Any] = sa.literal_column("1")
-    return sa.case((sa.func.num_nonnulls(raw) == one, sa.func.concat(raw))).label(column.name)
+class _PgChunkQueries(ChunkQueries):
+    """The chunk SQL (``sql_common.ChunkQueries``) as PostgreSQL reads it through ADBC."""
+
+    def __init__(self, schema: TableSchema, key_columns: Sequence[str], float_text: bool) -> None:
+        super().__init__(schema, key_columns)
+        self.float_text = float_text  # the connection reads float8 as text (pg_arrow)
+
+    def output(self, column: ColumnInfo) -> sa.ColumnElement[Any]:
+        """As is when read by type, cast where the driver's binary value differs from what
+        the log decoder loads (``pg_arrow.select_as``), else the text of its type's output
+        function, as pgoutput sends it (``pg_types.OUTPUT_TEXT``, written with SQLAlchemy)."""
+        raw = self.table.c[column.name]
+        how = pg_arrow.how_read(column.type_code, self.float_text)
+        if how is pg_arrow.Read.AS_IS:
+            return raw
+        if how is pg_arrow.Read.FLOAT_TEXT:
+            return sa.cast(sa.cast(raw, sa.Text()), sa.Double()).label(column.name)
+        if how is pg_arrow.Read.TEXT:
+            return sa.cast(raw, sa.Text()).label(column.name)
+        if how is pg_arrow.Read.BIGINT:
+            return sa.cast(raw, sa.BigInteger()).label(column.name)
+        one: sa.ColumnElement[Any] = sa.literal_column("1")
+        return sa.case((sa.func.num_nonnulls(raw) == one, sa.func.concat(raw))).label(column.name)
+
+    def key_range(self, prefix: str, lower: bool) -> sa.ColumnElement[bool]:
+        """``(k1, k2) > (v1, v2)``: a row comparison PostgreSQL turns into one index range
+        (an OR-expanded form would be a filter over the whole index), each value
+        ``CAST(:<prefix>i AS <column type>)`` so the planner compares in the column's type."""
+        op = ">" if lower else "<="
+        values = [
+            sa.cast(
+                sa.bindparam(f"{prefix}{i}", type_=_SqlType(self.schema.column(k).type_name)),
+                _SqlType(self.schema.column(k).type_name),
+            )
+            for i, k in enumerate(self.key_columns)
+        ]
+        if len(self.keys) == 1:
+            compared: sa.ColumnElement[bool] = self.keys[0].op(op)(values[0])
+        else:
+            compared = sa.tuple_(*self.keys).op(op)(sa.tuple_(*values))
+        return compared
+
+    def count(self, name: str) -> sa.BindParameter[Any]:
+        return sa.bindparam(name, type_=_SqlType("bigint"))
 
 
 def _key_of(
@@ -788,7 +710,7 @@ def _key_of(
     arrow = schema.arrow_schema()
     typed = _to_schema(schema.table, rows, pa.schema([arrow.field(k) for k in key_columns]))
     key = pg_arrow.last_row_key(typed, key_columns)
-    return None if key is None else _checked_key(schema.table, key, what)
+    return None if key is None else checked_key(schema.table, key, what)
 
 
 def _to_schema(table_id: TableId, rows: pa.Table, arrow: pa.Schema) -> pa.Table:
@@ -805,82 +727,11 @@ def _to_schema(table_id: TableId, rows: pa.Table, arrow: pa.Schema) -> pa.Table:
         ) from None
 
 
-def _bound(schema: TableSchema, key_columns: tuple[str, ...], prefix: str) -> list[Any]:
-    """``CAST(:<prefix>i AS <column type>)`` for each key column."""
-    return [
-        sa.cast(
-            sa.bindparam(f"{prefix}{i}", type_=_SqlType(schema.column(k).type_name)),
-            _SqlType(schema.column(k).type_name),
-        )
-        for i, k in enumerate(key_columns)
-    ]
-
-
-def _compare(columns: list[sa.ColumnClause[Any]], values: list[Any], op: str) -> Any:
-    """``(k1, k2) <op> (v1, v2)``: a row comparison PostgreSQL turns into one index range
-    (an OR-expanded form would be a filter over the whole index)."""
-    if len(columns) == 1:
-        return columns[0].op(op)(values[0])
-    return sa.tuple_(*columns).op(op)(sa.tuple_(*values))
-
-
-def _max_key_query(
-    schema: TableSchema, key_columns: tuple[str, ...], condition: str | None, float_text: bool
-) -> sa.Select[Any]:
-    table = sa_table(schema)
-    keys = key_clauses(schema, table, key_columns)
-    outputs = (_output(table, schema.column(k), float_text) for k in key_columns)
-    query = sa.select(*outputs).select_from(table)
-    if condition is not None:
-        query = query.where(signal_filter(condition))
-    return query.order_by(*(k.desc() for k in keys)).limit(sa.literal_column("1"))
-
-
-def _chunk_query(
-    schema: TableSchema,
-    key_columns: tuple[str, ...],
-    has_after: bool,
-    condition: str | None,
-    float_text: bool,
-) -> sa.Select[Any]:
-    table = sa_table(schema)
-    keys = key_clauses(schema, table, key_columns)
-    outputs = (_output(table, c, float_text) for c in schema.columns)
-    query = sa.select(*outputs).select_from(table)
-    if has_after:
-        query = query.where(_compare(keys, _bound(schema, key_columns, "a"), ">"))
-    query = query.where(_compare(keys, _bound(schema, key_columns, "u"), "<="))
-    if condition is not None:
-        query = query.where(signal_filter(condition))
-    # ORDER BY the table's own columns (qualified), not the text labels of cast ones.
-    return query.order_by(*keys).limit(sa.bindparam("limit", type_=_SqlType("bigint")))
-
-
-def _bound_query(
-    schema: TableSchema,
-    key_columns: tuple[str, ...],
-    has_after: bool,
-    condition: str | None,
-    float_text: bool,
-) -> sa.Select[Any]:
-    """The key ``:skip`` rows past the first after ``:a`` (within ``:u``, under the filter):
-    the chunk query's key range and order, the key columns only (as ``max_key`` selects
-    them), so the planner walks the key's index (index-only when the visibility map allows)
-    and stops there."""
-    table = sa_table(schema)
-    keys = key_clauses(schema, table, key_columns)
-    outputs = (_output(table, schema.column(k), float_text) for k in key_columns)
-    query = sa.select(*outputs).select_from(table)
-    if has_after:
-        query = query.where(_compare(keys, _bound(schema, key_columns, "a"), ">"))
-    query = query.where(_compare(keys, _bound(schema, key_columns, "u"), "<="))
-    if condition is not None:
-        query = query.where(signal_filter(condition))
-    return (
-        query.order_by(*keys)
-        .limit(sa.literal_column("1"))
-        .offset(sa.bindparam("skip", type_=_SqlType("bigint")))
-    )
+def _key_params(spec: ChunkSpec) -> dict[str, Any]:
+    """The key range's parameters: ``u<i>`` the upper key, ``a<i>`` the lower one."""
+    params: dict[str, Any] = {f"u{i}": v for i, v in enumerate(spec.upto)}
+    params.update({f"a{i}": v for i, v in enumerate(spec.after or ())})
+    return params
 
 
 # --- checks --------------------------------------------------------------------------------
@@ -910,17 +761,6 @@ def _generated_key(table: TableId, columns: Sequence[str]) -> str:
         "events could not be matched with snapshot rows; name a unique NOT NULL column that "
         'is not generated to page by, with "surrogate-key" in the execute-snapshot signal'
     )
-
-
-def _checked_key(table: TableId, key: Sequence[Any], what: str) -> Key:
-    """``key`` as state keeps it; a TableError, not a failure to save state later, for a
-    value that cannot be kept."""
-    try:
-        return normalize_key(key)
-    except KeyCodecError as exc:
-        raise TableError(
-            f"table {table}: its {what} {tuple(key)!r} cannot be kept: {exc}"
-        ) from None
 
 
 def _no_primary_key(table: TableId) -> str:

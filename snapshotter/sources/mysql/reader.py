@@ -3,7 +3,7 @@
 mysql-replication's ``BinLogStreamReader`` asks the server for the binlog from a file and
 offset (``COM_BINLOG_DUMP``, blocking: NOTES.md found its non-blocking GTID mode looping
 forever on MariaDB), and a thread of ours turns its events into log items
-(:class:`~snapshotter.logs.binlog_decoder.BinlogDecoder`) and queues them for the engine.
+(:class:`~snapshotter.sources.mysql.decoder.BinlogDecoder`) and queues them for the engine.
 
 Restart points are the start of a transaction (``{"file", "pos", "gtid"}`` after a commit),
 so the table maps are read again; the engine skips what it already emitted by position. If
@@ -38,8 +38,16 @@ from pymysqlreplication.event import (
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from snapshotter.core.position import Position
-from snapshotter.logs.base import Change, Commit, LogItem, Progress, TableShape
-from snapshotter.logs.binlog_decoder import BinlogDecoder, is_transaction_marker
+from snapshotter.sources.log import (
+    Change,
+    Commit,
+    LogItem,
+    LogReaderError,
+    Progress,
+    TableShape,
+)
+from snapshotter.sources.mysql.decoder import BinlogDecoder, is_transaction_marker
+from snapshotter.sources.positions import LostPosition, StreamPositionLost
 
 log = logging.getLogger(__name__)
 
@@ -67,12 +75,12 @@ _BATCH = 500
 _FATAL = {1236: "the server cannot send the binlog from there", 1045: "access denied"}
 
 
-class BinlogReaderError(RuntimeError):
+class BinlogReaderError(LogReaderError):
     """The binlog cannot be read; the message says why and what to do."""
 
 
 class BinlogLogReader:
-    """:class:`snapshotter.logs.base.LogReader` over a MySQL / MariaDB binlog."""
+    """:class:`snapshotter.sources.log.LogReader` over a MySQL / MariaDB binlog."""
 
     def __init__(
         self,
@@ -193,8 +201,6 @@ class BinlogLogReader:
         if code == 1236:
             # The message of a lost position (what to run: reset-stream, execute-snapshot),
             # kept as the cause so that the CLI can name the config file and the tables.
-            from snapshotter.stream_position import LostPosition, StreamPositionLost
-
             lost = StreamPositionLost(
                 LostPosition(
                     f"the server cannot send the binlog from {where}: {detail}. The binlog "

@@ -21,11 +21,10 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql.base import PGDialect
 
-from signals.names import TableId, TablePattern, parse_table_selector
+from signals.names import TableId
 from snapshotter.core.values import UNAVAILABLE_VALUE
-from snapshotter.dialects.base import Dialect, TableError
-
-Severity = Literal["error", "warning"]
+from snapshotter.sources.base import TableError
+from snapshotter.sources.setup_common import Problem, SetupError
 
 DEFAULT_SCHEMA = "public"  # where an unqualified table name lives
 
@@ -36,22 +35,6 @@ _PREPARER = PGDialect(paramstyle="named").identifier_preparer  # type: ignore[no
 # Catalog storage of a column whose values can be TOASTed: variable length ("attlen = -1")
 # and stored out of line when large ("x" extended, "e" external).
 _TOASTABLE = "a.attlen = -1 AND a.attstorage IN ('x', 'e')"
-
-
-class SetupError(Exception):
-    """Capture cannot be set up as configured; the message says what to run."""
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """A prerequisite that is not met, with the exact statement or setting that fixes it."""
-
-    what: str
-    fix: str
-    severity: Severity = "error"
-
-    def __str__(self) -> str:
-        return f"{self.severity}: {self.what}\n  fix: {self.fix}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -500,31 +483,6 @@ def toast_refusal(table: TableId, gaps: Sequence[Storage]) -> str:
 def _literal(text: str) -> str:
     """A SQL string literal, for fixes shown to people (never executed here)."""
     return "'" + text.replace("'", "''") + "'"
-
-
-# --- table names ---------------------------------------------------------------------------
-
-
-def resolve_tables(
-    dialect: Dialect, patterns: Sequence[str], default_schema: str = DEFAULT_SCHEMA
-) -> list[TableId]:
-    """The tables that configured names and patterns select, in the order given, each once.
-
-    An exact name must exist (TableError otherwise); a pattern may match nothing yet.
-    """
-    available = dialect.list_tables()
-    known = set(available)
-    out: dict[TableId, None] = {}
-    for text in patterns:
-        selector = parse_table_selector(text)
-        if isinstance(selector, TablePattern):
-            out.update(dict.fromkeys(t for t in available if selector.matches(t)))
-            continue
-        table = selector.with_default_schema(default_schema)
-        if table not in known:
-            raise TableError(f"table {table} (from {text!r}) does not exist or is not readable")
-        out[table] = None
-    return list(out)
 
 
 # --- publication ---------------------------------------------------------------------------

@@ -17,7 +17,7 @@ transaction that was being handed over again from its start; positions are stabl
 totally ordered, so the items already handed over (up to the newest position handed over)
 are dropped and the engine sees every item exactly once. What no reconnect can fix (the slot
 or the publication is missing or invalid, authentication, permissions) raises a
-``LogReaderError`` with the server's message at once; so does an outage past the bound.
+``PgReaderError`` with the server's message at once; so does an outage past the bound.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from psycopg import pq, sql
 from psycopg.conninfo import conninfo_to_dict
 
 from snapshotter.core.position import Position
-from snapshotter.dialects.postgres import pg_error_is_transient
-from snapshotter.logs.base import Change, Commit, LogItem, Progress
-from snapshotter.logs.pg_decoder import PgOutputDecoder
+from snapshotter.sources.log import Change, Commit, LogItem, LogReaderError, Progress
+from snapshotter.sources.postgres.decoder import PgOutputDecoder
+from snapshotter.sources.postgres.dialect import pg_error_is_transient
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ SESSION_OPTIONS = (
 )
 
 
-class LogReaderError(RuntimeError):
+class PgReaderError(LogReaderError):
     """The replication stream failed; the message says why and what to check."""
 
 
@@ -99,7 +99,7 @@ def int_to_lsn(value: int) -> str:
 
 
 class PgLogReader:
-    """Streams ``slot`` through ``decoder``; implements ``snapshotter.logs.base.LogReader``."""
+    """Streams ``slot`` through ``decoder``; implements ``snapshotter.sources.log.LogReader``."""
 
     def __init__(
         self,
@@ -160,7 +160,7 @@ class PgLogReader:
                     time.sleep(delay)
                     delay = min(delay * 2, RECONNECT_MAX_S)
                     continue
-                raise LogReaderError(
+                raise PgReaderError(
                     f"cannot open a replication connection to {self._server}: {_text(exc)}"
                     f"{_connect_fix(exc)}"
                 ) from None
@@ -177,13 +177,13 @@ class PgLogReader:
                         time.sleep(min(delay, 1.0))
                         delay = min(delay * 2, RECONNECT_MAX_S)
                         continue
-                    raise LogReaderError(self._in_use(holder, exc)) from None
+                    raise PgReaderError(self._in_use(holder, exc)) from None
                 if exc.sqlstate == _STARTING_UP and waited < self._reconnect_for:
                     time.sleep(delay)
                     delay = min(delay * 2, RECONNECT_MAX_S)
                     continue
                 missing = exc.sqlstate == _UNDEFINED_OBJECT
-                raise LogReaderError(
+                raise PgReaderError(
                     f"cannot stream slot {self._slot!r} with publication "
                     f"{self._publication!r} from {self._server}: {_text(exc)}"
                     + ("; run `snapshotter init` to create them" if missing else "")
@@ -273,7 +273,7 @@ class PgLogReader:
         self._drop_connection()
         message = " ".join(message.split()) or "the server ended the stream"
         if not self._retryable(sqlstate, message):
-            raise LogReaderError(
+            raise PgReaderError(
                 f"the replication stream from {self._server} (slot {self._slot!r}, "
                 f"publication {self._publication!r}) failed: {message}"
             )
@@ -308,7 +308,7 @@ class PgLogReader:
         except psycopg.Error as exc:
             message = _text(exc)
             if not self._retryable(exc.sqlstate, message):
-                raise LogReaderError(
+                raise PgReaderError(
                     f"cannot stream slot {self._slot!r} with publication "
                     f"{self._publication!r} from {self._server} again after the connection "
                     f"was lost: {message}"
@@ -316,9 +316,9 @@ class PgLogReader:
             now = time.monotonic()
             self._last_error = message
             if now - lost_since >= self._reconnect_for and exc.sqlstate == _SLOT_IN_USE:
-                raise LogReaderError(self._in_use(self._slot_holder(), exc)) from None
+                raise PgReaderError(self._in_use(self._slot_holder(), exc)) from None
             if now - lost_since >= self._reconnect_for:
-                raise LogReaderError(
+                raise PgReaderError(
                     f"the replication connection to {self._server} (slot {self._slot!r}) "
                     f"was lost and the server did not come back within "
                     f"{self._reconnect_for:.0f} s ({message}). Nothing is lost: the state is "
@@ -487,7 +487,7 @@ class PgLogReader:
         try:
             if conn is not None and not conn.closed and self._flushed:
                 self._feedback(reply=False)
-        except (psycopg.Error, LogReaderError):
+        except (psycopg.Error, PgReaderError):
             pass  # closing anyway; the slot keeps the last position it was told
         self._drop_connection()
 

@@ -3,7 +3,7 @@
 The DBLog algorithm (``snapshotter.engine`` with ``snapshotter.core.window``) is written once.
 A dialect supplies what differs per database: the catalog, the SQL of the max-key and chunk
 queries, the watermark insert, and capture setup. Log reading is behind ``LogReader`` in
-``snapshotter.logs.base``. A capability the engine needs goes here, never an ``isinstance``.
+``snapshotter.sources.log``. A capability the engine needs goes here, never an ``isinstance``.
 """
 
 from __future__ import annotations
@@ -88,8 +88,43 @@ class TableSchema:
 
 
 @dataclass(frozen=True, slots=True)
-class ChunkRead:
-    """One chunk SELECT's result."""
+class ChunkSpec:
+    """One chunk's key range: the rows of ``schema`` with ``after < key <= upto`` (the key is
+    ``key_columns``, compared in the index's order) under the signal's filter ``condition``
+    (SQL, None for none), in key order, at most ``limit`` of them. ``after`` None: from the
+    table's first key. ``Dialect.chunk_bound`` reads only where the ``limit``-th row's key is."""
+
+    schema: TableSchema
+    key_columns: tuple[str, ...]
+    after: Key | None
+    upto: Key
+    condition: str | None
+    limit: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key_columns", tuple(self.key_columns))  # a cache key part
+        for label, key in (("after", self.after), ("upto", self.upto)):
+            if key is not None and len(key) != len(self.key_columns):
+                raise ValueError(
+                    f"{label} key {key!r} does not match key columns {self.key_columns}"
+                )
+        if self.limit < 1:
+            raise ValueError(f"a chunk needs a limit >= 1, not {self.limit}")
+
+    @property
+    def table(self) -> TableId:
+        return self.schema.table
+
+    @property
+    def filtered(self) -> bool:
+        """Whether the queries run a signal's filter (then they are checked and the session
+        reset after them)."""
+        return self.condition is not None
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRows:
+    """What one chunk SELECT returned."""
 
     rows: pa.Table  # in key order, columns and Arrow types as TableSchema.arrow_schema()
     last_key: Key | None  # the last key the SELECT returned; None when it returned nothing
@@ -126,7 +161,7 @@ class Dialect(Protocol):
     def relation_kinds(self, tables: Sequence[TableId]) -> Mapping[TableId, str]:
         """For names ``list_tables`` lacks: why each is not a table to snapshot ("is a
         view: only tables can be snapshotted", ...), in one query; names the catalog does
-        not know are left out (``snapshotter.dialects.relations``)."""
+        not know are left out (``snapshotter.sources.relations``)."""
         ...
 
     def max_key(
@@ -135,17 +170,9 @@ class Dialect(Protocol):
         """The largest key under the filter, or None when no row matches."""
         ...
 
-    def read_chunk(
-        self,
-        schema: TableSchema,
-        key_columns: Sequence[str],
-        after: Key | None,
-        upto: Key,
-        condition: str | None,
-        limit: int,
-    ) -> ChunkRead:
-        """Rows with ``after < key <= upto`` under the filter, in key order, at most ``limit``,
-        in one READ ONLY transaction that has ended when this returns.
+    def read_chunk(self, spec: ChunkSpec) -> ChunkRows:
+        """The rows of ``spec``'s range under its filter, in key order, at most
+        ``spec.limit``, in one READ ONLY transaction that has ended when this returns.
 
         This and ``max_key`` run the signal's filter (SQL from the signal table): each runs
         under the ``chunk_timeout_s`` limit (a TableError past it), and after a filtered
@@ -153,18 +180,10 @@ class Dialect(Protocol):
         cannot change what later queries of other tables return."""
         ...
 
-    def chunk_bound(
-        self,
-        schema: TableSchema,
-        key_columns: Sequence[str],
-        after: Key | None,
-        upto: Key,
-        condition: str | None,
-        rows: int,
-    ) -> Key | None:
-        """Where a chunk of ``rows`` rows after ``after`` ends: the key of the ``rows``-th
-        row with ``after < key <= upto`` under the filter, in key order (a scan of the key's
-        index, no row fetched to the client); None when fewer rows remain. Runs like
+    def chunk_bound(self, spec: ChunkSpec) -> Key | None:
+        """Where a chunk of ``spec.limit`` rows after ``spec.after`` ends: the key of the
+        ``spec.limit``-th row of the range under the filter, in key order (a scan of the
+        key's index, no row fetched to the client); None when fewer rows remain. Runs like
         ``max_key`` (time limit, session reset after a filter). Parallel reads
         (``core.spans``) read the range up to it whole while the next one is bounded."""
         ...

@@ -1,1 +1,0 @@
-"""Database dialects: catalog, chunk SQL, watermarks and capture setup, one module each."""

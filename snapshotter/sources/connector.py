@@ -1,0 +1,194 @@
+"""One connector per source (PostgreSQL, MySQL / MariaDB): what differs per database outside
+the chunk SQL, behind one small interface, so the CLI, the runner and the position checks
+ask the connector instead of branching on ``source.kind``.
+
+A connector owns its source's dialect (``open_dialect``), the log reader factory
+(``reader_opener``), the checks and objects of ``snapshotter init`` (``check_setup``,
+``create_capture``), the saved stream position's checks (``position_problem``,
+``position_warnings``, ``move_to_log_end``) and ``teardown``'s part (``drop_capture``).
+``connector_for(source)`` picks it by ``source.kind``: the one place that reads the kind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import sqlalchemy as sa
+
+from signals.names import TableId
+from snapshotter.sources.base import Dialect
+from snapshotter.sources.log import OpenReader
+from snapshotter.sources.positions import NewStart
+from snapshotter.sources.setup_common import Problem
+
+
+class SourceSettings(Protocol):
+    """What a connector reads of the ``[source]`` section (``snapshotter.config.SourceConfig``
+    has all of it; sources do not import the application's config)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def url(self) -> str: ...
+    @property
+    def tables(self) -> list[str]: ...
+    @property
+    def slot(self) -> str: ...
+    @property
+    def publication(self) -> str: ...
+    @property
+    def server_id(self) -> int | None: ...
+    @property
+    def chunk_timeout_s(self) -> float: ...
+    @property
+    def default_schema(self) -> str: ...
+    @property
+    def signal_table_id(self) -> TableId: ...
+    @property
+    def topic_prefix(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SetupCheck:
+    """What ``snapshotter init`` found before creating anything."""
+
+    tables: list[TableId]  # what source.tables selects now, without the signal table
+    problems: list[Problem]  # prerequisites not met (errors) or at risk (warnings)
+
+
+@dataclass(frozen=True, slots=True)
+class Capture:
+    """What ``snapshotter init`` created or found, once the prerequisites are met."""
+
+    warnings: list[str] = field(default_factory=list)  # e.g. tables without a primary key
+    done: list[str] = field(default_factory=list)  # one line per object: created or there
+    # Where a first run streams from, for init to save in the state, when the log keeps no
+    # position of ours (MySQL: the binlog's current end); None when it does (a slot).
+    start: dict[str, Any] | None = None
+
+
+class Connector(Protocol):
+    kind: str  # [source] kind: "postgres", "mysql"
+    # What holds the stream position, as messages name it: "replication slot", "binlog".
+    log_name: str
+    # Whether the database reads ``$$`` as a quote: signal filters are checked as it will.
+    dollar_quotes: bool
+
+    # --- connections and the engine's parts ---------------------------------------------
+
+    def sqlalchemy_url(self) -> sa.URL:
+        """The source URL with the driver snapshotter uses."""
+        ...
+
+    def connect_args(self) -> dict[str, Any]:
+        """Driver arguments every SQLAlchemy engine of this source needs."""
+        ...
+
+    def open_dialect(self) -> Dialect:
+        """The source's dialect (a connection and statement guard); close it when done."""
+        ...
+
+    def reader_opener(self, dialect: Dialect) -> OpenReader:
+        """What opens the log reader from a saved restart point; ``dialect`` is one this
+        connector opened (the reader reads the catalog and the log's end through it)."""
+        ...
+
+    # --- snapshotter init -----------------------------------------------------------------
+
+    def signal_table_grant(self, user: str) -> str:
+        """The statement that lets ``user`` create the signal table."""
+        ...
+
+    def check_setup(self, engine: sa.Engine) -> SetupCheck:
+        """The captured tables and the prerequisites not met; TableError for a configured
+        table that does not exist. Changes nothing."""
+        ...
+
+    def create_capture(self, engine: sa.Engine, tables: Sequence[TableId]) -> Capture:
+        """Create what the log reader needs (PostgreSQL: the publication, then the slot);
+        SetupError with the fix when it cannot."""
+        ...
+
+    # --- the saved stream position --------------------------------------------------------
+
+    def has_saved_position(self, resume: Mapping[str, Any]) -> bool:
+        """Whether ``resume`` holds a position to resume from (else a first run starts
+        fresh: at the slot, or at the binlog's end)."""
+        ...
+
+    def position_problem(self, engine: sa.Engine, resume: Mapping[str, Any]) -> str | None:
+        """Why the source can no longer stream from ``resume`` (a saved position); None
+        when it can."""
+        ...
+
+    def position_backlog(
+        self, engine: sa.Engine, dialect: Dialect, resume: Mapping[str, Any]
+    ) -> int | None:
+        """Bytes of log after ``resume`` (a readable saved position); None if not known."""
+        ...
+
+    def position_warnings(
+        self, conn: sa.Connection, resume: Mapping[str, Any], threshold_mb: int, config: str
+    ) -> list[str]:
+        """What ``status`` warns about the stream position (lost, at risk, far behind)."""
+        ...
+
+    def move_to_log_end(self, engine: sa.Engine, dialect: Dialect) -> NewStart:
+        """Make the source stream from the current end of its log (``reset-stream``)."""
+        ...
+
+    # --- snapshotter teardown -------------------------------------------------------------
+
+    def capture_objects(self) -> list[str]:
+        """What ``create_capture`` made and ``drop_capture`` drops, as people name it."""
+        ...
+
+    def refuse_drop(self, engine: sa.Engine) -> None:
+        """SetupError when an object of ``capture_objects`` is in use (an engine streams
+        from the slot) or is not ours to drop."""
+        ...
+
+    def drop_capture(self, engine: sa.Engine) -> list[str]:
+        """Drop the ``capture_objects``: one line per object, "dropped" or "already gone"."""
+        ...
+
+
+def _postgres(source: SourceSettings) -> Connector:
+    from snapshotter.sources.postgres.connector import PostgresConnector
+
+    return PostgresConnector(source)
+
+
+def _mysql(source: SourceSettings) -> Connector:
+    from snapshotter.sources.mysql.connector import MySqlConnector
+
+    return MySqlConnector(source)
+
+
+# Imported when asked for: a PostgreSQL run never loads the MySQL client libraries.
+_CONNECTORS: dict[str, Callable[[SourceSettings], Connector]] = {
+    "postgres": _postgres,
+    "mysql": _mysql,
+}
+
+
+def connector_for(source: SourceSettings) -> Connector:
+    """The connector of ``source.kind``."""
+    try:
+        make = _CONNECTORS[source.kind]
+    except KeyError:
+        raise ValueError(
+            f"unknown source kind {source.kind!r}: one of {', '.join(_CONNECTORS)}"
+        ) from None
+    return make(source)
+
+
+def saved_position_text(resume: Mapping[str, Any]) -> str:
+    """The saved restart point as people read it, with no config at hand (``status`` of a
+    state file): a restart point names its own log, an LSN or a binlog file."""
+    from snapshotter.sources.mysql.positions import position_text as binlog_text
+    from snapshotter.sources.postgres.positions import position_text as lsn_text
+
+    return binlog_text(resume) or lsn_text(resume) or "no saved position"

@@ -1,0 +1,140 @@
+"""PostgreSQL's connector (``sources.connector.Connector``): the dialect, the pgoutput reader
+on the configured slot and publication, ``init``'s checks and objects (publication, then
+slot), and the slot as the stream position (``positions``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from signals.names import TableId
+from snapshotter.sources.base import Dialect
+from snapshotter.sources.connector import Capture, Connector, SetupCheck, SourceSettings
+from snapshotter.sources.log import KeyColumns, LogReader, OpenReader
+from snapshotter.sources.positions import NewStart
+from snapshotter.sources.postgres import positions
+from snapshotter.sources.postgres import setup as pg_setup
+from snapshotter.sources.postgres.dialect import PostgresDialect
+from snapshotter.sources.setup_common import resolve_tables
+
+
+class PostgresConnector:
+    kind = "postgres"
+    log_name = "replication slot"
+    dollar_quotes = PostgresDialect.dollar_quotes
+
+    def __init__(self, source: SourceSettings) -> None:
+        self.source = source
+
+    # --- connections and the engine's parts ---------------------------------------------
+
+    def sqlalchemy_url(self) -> sa.URL:
+        return pg_setup.psycopg_url(self.source.url)
+
+    def connect_args(self) -> dict[str, Any]:
+        return {}
+
+    def libpq_url(self) -> str:
+        """The source URL as libpq (the replication connection) takes it."""
+        url = sa.make_url(self.source.url).set(drivername="postgresql")
+        return url.render_as_string(hide_password=False)
+
+    def open_dialect(self) -> PostgresDialect:
+        source = self.source
+        return PostgresDialect(
+            self.sqlalchemy_url(),
+            signal_table=source.signal_table_id,
+            publication=source.publication,
+            chunk_timeout_s=source.chunk_timeout_s,
+        )
+
+    def reader_opener(self, dialect: Dialect) -> OpenReader:
+        from snapshotter.sources.postgres.decoder import PgOutputDecoder
+        from snapshotter.sources.postgres.reader import PgLogReader
+
+        source = self.source
+
+        def open_reader(resume: Mapping[str, Any], key_columns: KeyColumns) -> LogReader:
+            decoder = PgOutputDecoder(
+                name=source.topic_prefix, database=dialect.database, key_columns=key_columns
+            )
+            return PgLogReader(
+                self.libpq_url(),
+                slot=source.slot,
+                publication=source.publication,
+                decoder=decoder,
+                start_lsn=int(resume.get("lsn", 0)),
+            )
+
+        return open_reader
+
+    # --- snapshotter init -----------------------------------------------------------------
+
+    def signal_table_grant(self, user: str) -> str:
+        return f'GRANT CREATE ON SCHEMA "{self.source.signal_table_id.schema}" TO "{user}"'
+
+    def check_setup(self, engine: sa.Engine) -> SetupCheck:
+        source = self.source
+        signal_table = source.signal_table_id
+        dialect = PostgresDialect(
+            engine.url, signal_table=signal_table, publication=source.publication
+        )
+        try:
+            tables = [
+                t
+                for t in resolve_tables(dialect, source.tables, source.default_schema)
+                if t != signal_table  # only inserts of it matter: no replica identity needed
+            ]
+        finally:
+            dialect.close()
+        return SetupCheck(tables, pg_setup.check_prerequisites(engine, tables, source.slot))
+
+    def create_capture(self, engine: sa.Engine, tables: Sequence[TableId]) -> Capture:
+        """The publication (with the signal table), then the slot: the slot last, as it
+        starts keeping WAL the moment it exists, and must see the publication."""
+        source = self.source
+        published = [*tables, source.signal_table_id]
+        change = pg_setup.ensure_publication(engine, source.publication, published)
+        slot = pg_setup.ensure_slot(engine, source.slot)
+        return Capture(done=[str(change), f"replication slot {source.slot}: {slot}"])
+
+    # --- the saved stream position --------------------------------------------------------
+
+    def has_saved_position(self, resume: Mapping[str, Any]) -> bool:
+        return positions.has_saved_position(resume)
+
+    def position_problem(self, engine: sa.Engine, resume: Mapping[str, Any]) -> str | None:
+        return positions.problem_now(engine, self.source.slot, resume)
+
+    def position_backlog(
+        self, engine: sa.Engine, dialect: Dialect, resume: Mapping[str, Any]
+    ) -> int | None:
+        return dialect.lag_bytes(resume)
+
+    def position_warnings(
+        self, conn: sa.Connection, resume: Mapping[str, Any], threshold_mb: int, config: str
+    ) -> list[str]:
+        slot = self.source.slot
+        facts = pg_setup.slot_facts(conn, slot)
+        return positions.slot_warnings(slot, facts, resume, threshold_mb, config)
+
+    def move_to_log_end(self, engine: sa.Engine, dialect: Dialect) -> NewStart:
+        return positions.move_to_log_end(engine, self.source.slot, self.source.publication)
+
+    # --- snapshotter teardown -------------------------------------------------------------
+
+    def capture_objects(self) -> list[str]:
+        return [f"replication slot {self.source.slot}", f"publication {self.source.publication}"]
+
+    def refuse_drop(self, engine: sa.Engine) -> None:
+        positions.refuse_active_slot(engine, self.source.slot)
+
+    def drop_capture(self, engine: sa.Engine) -> list[str]:
+        return positions.drop_capture(engine, self.source.slot, self.source.publication)
+
+
+def _is_a_connector(connector: PostgresConnector) -> Connector:
+    """Never called: makes mypy check that PostgresConnector implements the protocol."""
+    return connector

@@ -1,0 +1,49 @@
+"""What every source's setup shares: a problem ``snapshotter init`` reports with its fix, the
+error of a capture that cannot be set up, and the tables ``source.tables`` selects."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from signals.names import TableId, TablePattern, parse_table_selector
+from snapshotter.sources.base import Dialect, TableError
+
+Severity = Literal["error", "warning"]
+
+
+class SetupError(Exception):
+    """Capture cannot be set up as configured; the message says what to run."""
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """A prerequisite that is not met, with the exact statement or setting that fixes it."""
+
+    what: str
+    fix: str
+    severity: Severity = "error"
+
+    def __str__(self) -> str:
+        return f"{self.severity}: {self.what}\n  fix: {self.fix}"
+
+
+def resolve_tables(dialect: Dialect, patterns: Sequence[str], default_schema: str) -> list[TableId]:
+    """The tables that configured names and patterns select, in the order given, each once.
+
+    An exact name must exist (TableError otherwise); a pattern may match nothing yet.
+    """
+    available = dialect.list_tables()
+    known = set(available)
+    out: dict[TableId, None] = {}
+    for text in patterns:
+        selector = parse_table_selector(text)
+        if isinstance(selector, TablePattern):
+            out.update(dict.fromkeys(t for t in available if selector.matches(t)))
+            continue
+        table = selector.with_default_schema(default_schema)
+        if table not in known:
+            raise TableError(f"table {table} (from {text!r}) does not exist or is not readable")
+        out[table] = None
+    return list(out)
