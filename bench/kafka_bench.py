@@ -72,10 +72,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling bench mo
 import mysql_read_bench as my  # noqa: E402
 import snapshot_bench as sb  # noqa: E402
 
-from snapshotter.runner import run_engine  # noqa: E402
+from snapshotter.app.runner import run_engine  # noqa: E402
 from snapshotter.sinks.counting import CountingSink  # noqa: E402
-from snapshotter.sinks.kafka import PRODUCER_DEFAULTS, PRODUCER_FIXED, KafkaSink  # noqa: E402
-from snapshotter.sinks.kafka_read import read_topic  # noqa: E402
+from snapshotter.sinks.kafka.sink import PRODUCER_DEFAULTS, PRODUCER_FIXED, KafkaSink  # noqa: E402
+from snapshotter.verify.kafka import read_topic  # noqa: E402
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:59092"
 PARTITIONS = 3
@@ -429,7 +429,7 @@ class EncodeOnlySink(KafkaSink):
     def open(self, resume: Mapping[str, Any] | None) -> None:
         if not hasattr(self, "_producer"):
             raise RuntimeError("KafkaSink changed: no _producer to replace")
-        from snapshotter.sinks.kafka_clients import KafkaPythonProducer
+        from snapshotter.sinks.kafka.clients import KafkaPythonProducer
 
         self._producer = KafkaPythonProducer(self.null)  # kafka-python's send() API
 

@@ -44,8 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mysql_read_bench as my  # noqa: E402
 import snapshot_bench as sb  # noqa: E402
 
+from snapshotter.app.runner import run_engine  # noqa: E402
 from snapshotter.core.events import Op  # noqa: E402
-from snapshotter.runner import run_engine  # noqa: E402
 from snapshotter.sinks.counting import CountingSink  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")

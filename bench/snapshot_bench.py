@@ -54,13 +54,13 @@ import mysql_read_bench as my  # noqa: E402
 
 from signals.names import TableId  # noqa: E402
 from signals.table import create_signal_table  # noqa: E402
-from snapshotter.cli import main as cli_main  # noqa: E402
+from snapshotter.app.cli import main as cli_main  # noqa: E402
+from snapshotter.app.runner import StopFlag, run_engine  # noqa: E402
 from snapshotter.config import Config, SourceConfig, load_config  # noqa: E402
 from snapshotter.core.events import Op  # noqa: E402
 from snapshotter.core.state import EngineState, StreamState  # noqa: E402
-from snapshotter.engine.state_store import StateStore  # noqa: E402
+from snapshotter.engine.state_store import StateStore, state_path  # noqa: E402
 from snapshotter.engine.workers import PhaseHooks  # noqa: E402
-from snapshotter.runner import StopFlag, run_engine, state_path  # noqa: E402
 from snapshotter.sinks.base import Sink  # noqa: E402
 from snapshotter.sinks.counting import CountingSink  # noqa: E402
 from snapshotter.sources.mysql.dialect import MySqlDialect, mysql_url  # noqa: E402

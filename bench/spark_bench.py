@@ -9,7 +9,7 @@ loader), measured in the same run, three ways:
 A. a plain read into Arrow (``snapshot_bench``'s baseline: psycopg with the engine's loaders,
    or pymysql with the dialect's Arrow types), then ``pyarrow.parquet.write_table``;
 B. what a Spark user writes by hand: ``spark.read.jdbc(url, table, properties=...)
-   .write.parquet(...)`` with the JDBC driver jar of ``snapshotter.landing.jars.jdbc_jar``:
+   .write.parquet(...)`` with the JDBC driver jar of ``snapshotter.sinks.spark.jars.jdbc_jar``:
    one partition (one connection, one task), and, in another process, ``column="id"``,
    ``numPartitions`` = the cores; each timed without and with the Spark session's start;
 C. snapshotter: ``init``, the ``execute-snapshot`` signal and ``run_engine(until_caught_up=
@@ -23,7 +23,7 @@ C. snapshotter: ``init``, the ``execute-snapshot`` signal and ``run_engine(until
    without any sink cost or Spark).
 
 Every Spark measurement (each B, each C) runs in a child process of its own (one
-SparkSession per process), started by ``snapshotter.landing.session.spark_session`` with the
+SparkSession per process), started by ``snapshotter.sinks.spark.session.spark_session`` with the
 same ``[spark]`` settings, so B and C start Spark the same way. ``--profile`` runs C once
 more under cProfile on the engine's thread, from ``sink.open`` returned (Spark started) to
 ``close`` called (the snapshot part), and prints its top functions by cumulative time.
@@ -82,7 +82,7 @@ import snapshot_bench as sb  # noqa: E402
 
 from signals.names import TableId  # noqa: E402
 from snapshotter.config import SinkConfig, SparkConfig  # noqa: E402
-from snapshotter.landing.types import BATCH, META_FIELDS  # noqa: E402
+from snapshotter.sinks.spark.types import BATCH, META_FIELDS  # noqa: E402
 from snapshotter.sources.mysql.dialect import MySqlDialect  # noqa: E402
 
 CHILD_FLAG = "--child"
@@ -269,8 +269,8 @@ def child_jdbc(spec: dict[str, Any]) -> dict[str, Any]:
     partition, or ``partitions`` on id. The count is checked after the clock."""
     from pyspark.sql import SparkSession  # noqa: F401  (imported before the clock, as in C)
 
-    from snapshotter.landing.jars import jdbc_jar
-    from snapshotter.landing.session import spark_session
+    from snapshotter.sinks.spark.jars import jdbc_jar
+    from snapshotter.sinks.spark.session import spark_session
 
     jar = jdbc_jar(spec["kind"])
     conf = {**spec["conf"], "spark.jars": str(jar)}
@@ -395,10 +395,10 @@ def child_snapshot(spec: dict[str, Any]) -> dict[str, Any]:
     """C in this process: signal, then ``run_engine(until_caught_up=True)`` with a timed
     ``SparkSink`` (built where the runner builds the configured sink); then the landed
     current state and changelog are counted (after the clock)."""
-    from snapshotter import runner
+    from snapshotter.app import runner
     from snapshotter.config import load_config
-    from snapshotter.landing.staging import StagedBatch, StagingArea
-    from snapshotter.sinks.spark import SparkSink
+    from snapshotter.sinks.spark.sink import SparkSink
+    from snapshotter.sinks.spark.staging import StagedBatch, StagingArea
 
     timing: dict[str, float] = dict.fromkeys(
         ("session", "stage", "to_arrow", "write", "wait_room", "close"), 0.0
@@ -844,9 +844,9 @@ def child_landing(spec: dict[str, Any]) -> dict[str, Any]:
     """Part 2 in this process for one format: stage and land ``batches`` batches one by one.
     After the compactions ``plan_naive`` chose (parquet), the naive rewrite of the whole
     current state with the next batch is timed before that batch lands."""
-    from snapshotter.landing.lander import Lander
-    from snapshotter.landing.session import spark_session
-    from snapshotter.landing.staging import StagingArea
+    from snapshotter.sinks.spark.lander import Lander
+    from snapshotter.sinks.spark.session import spark_session
+    from snapshotter.sinks.spark.staging import StagingArea
 
     fmt = spec["format"]
     work = Path(spec["work"])
@@ -922,7 +922,7 @@ def naive_rewrite(spark: Any, state_dir: str, batch_file: Path, work: Path) -> f
     dropped), write it all to a new path (then drop that copy)."""
     from pyspark.sql import functions as F
 
-    from snapshotter.landing.lander import reduce_latest
+    from snapshotter.sinks.spark.lander import reduce_latest
 
     out = work / f"state-{uuid.uuid4().hex[:8]}"
     t0 = time.perf_counter()

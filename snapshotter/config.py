@@ -31,7 +31,7 @@ import difflib
 import os
 import re
 import tomllib
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Mapping, Set
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,7 +47,8 @@ from pydantic import (
 )
 
 from signals.names import TableId, TableNameError, parse_table_name, parse_table_selector
-from snapshotter.redact import mask_url
+from snapshotter.common.librdkafka import did_you_mean
+from snapshotter.common.redact import mask_url
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 ENV_PREFIX = "SNAPSHOTTER_"
@@ -218,7 +219,7 @@ KAFKA_OBJECT_SETTINGS = frozenset(
 
 def kafka_client_settings() -> frozenset[str]:
     """Every setting kafka-python's producer, admin client or consumer accepts (each client
-    of the sink takes the ones it knows; see ``snapshotter.sinks.kafka.client_settings``)."""
+    of the sink takes the ones it knows; see ``snapshotter.sinks.kafka.sink.client_settings``)."""
     from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 
     return frozenset(
@@ -228,19 +229,13 @@ def kafka_client_settings() -> frozenset[str]:
     )
 
 
-def did_you_mean(name: str, known: Iterable[str]) -> str:
-    """`` (did you mean X?)`` for the nearest known name, or nothing."""
-    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]}?)" if close else ""
-
-
 def kafka_setting_problem(
     name: str, *, client: str = "kafka-python", value: object = None
 ) -> str | None:
     """Why ``[sink] kafka`` cannot hold ``name`` (None: it can). With ``client =
     "confluent"`` the keys are librdkafka's, judged (with ``value``) by librdkafka itself."""
     if client == "confluent":
-        from snapshotter.sinks.kafka_clients import CONFLUENT_RESERVED, confluent_setting_problem
+        from snapshotter.common.librdkafka import CONFLUENT_RESERVED, confluent_setting_problem
 
         if name in CONFLUENT_RESERVED:
             return (
@@ -314,7 +309,7 @@ class SinkConfig(_Section):
     ) -> dict[str, str | int | float | bool]:
         client = info.data.get("client", "kafka-python")
         if client == "confluent":  # librdkafka's settings (client is declared before kafka)
-            from snapshotter.sinks.kafka_clients import confluent_settings_problem
+            from snapshotter.common.librdkafka import confluent_settings_problem
 
             problems = [kafka_setting_problem(n, client=client, value=v) for n, v in value.items()]
             if any(problems):

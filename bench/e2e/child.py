@@ -1,7 +1,7 @@
 """The engine's process in the end-to-end bench: ``snapshotter run -c CONFIG``, as a user runs
 it, with the configured sink wrapped in a transparent timing proxy.
 
-``e2e_bench.py --child SPEC`` lands here. It replaces ``snapshotter.runner.open_sink`` (which
+``e2e_bench.py --child SPEC`` lands here. It replaces ``snapshotter.app.runner.open_sink`` (which
 ``build_engine`` looks up when it builds the engine) by one that builds the configured sink
 (or, for ``"counting"``, ``CountingSink``) and wraps it in ``TimedSink``, then calls the CLI's
 ``main(["run", "-c", CONFIG])``: its logging, its SIGTERM handling (the parent stops the
@@ -208,10 +208,10 @@ def watch_parent(interval: float = 1.0) -> None:
 
 
 def time_spark_session(chan: Channel) -> None:
-    """Wrap ``snapshotter.landing.session.spark_session`` (the sink calls it when it starts
+    """Wrap ``snapshotter.sinks.spark.session.spark_session`` (the sink calls it when it starts
     Spark) to report when the session is up and how long it took."""
     try:
-        from snapshotter.landing import session
+        from snapshotter.sinks.spark import session
     except ImportError:  # no pyspark: no Spark runs either
         return
     original: Callable[..., Any] = session.spark_session
@@ -235,7 +235,7 @@ def main(spec_path: str) -> int:
     if spec["sink"] == "spark":
         time_spark_session(chan)
 
-    from snapshotter import cli, runner
+    from snapshotter.app import cli, runner
     from snapshotter.sinks.counting import CountingSink
 
     configured = runner.open_sink

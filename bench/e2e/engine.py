@@ -142,7 +142,7 @@ class Capture:
     def cli(self, *args: str) -> str:
         """``snapshotter <args> -c CONFIG`` in this process; its output is returned, and
         shown if it fails."""
-        from snapshotter.cli import main as cli_main
+        from snapshotter.app.cli import main as cli_main
 
         buffer = io.StringIO()
         with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):

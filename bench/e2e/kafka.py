@@ -14,7 +14,7 @@ def servers(bootstrap: str) -> list[str]:
 
 
 def topic(prefix: str, schema: str, table: str) -> str:
-    from snapshotter.sinks.kafka import topic_name
+    from snapshotter.sinks.kafka.sink import topic_name
 
     return topic_name(prefix, TableId(schema, table))
 

@@ -30,6 +30,7 @@ from signals import SignalError, Watermark, parse_signal
 from signals.display import EscapeControls
 from signals.names import TableId, TableSelector, parse_table_selector
 from signals.plan import Selectors
+from snapshotter.common.faults import failpoint
 from snapshotter.config import Config
 from snapshotter.core.events import ChangeEvent, Op
 from snapshotter.core.keys import Key
@@ -55,7 +56,6 @@ from snapshotter.engine.workers import (
     StartWorkers,
     WorkerPool,
 )
-from snapshotter.faults import failpoint
 from snapshotter.sinks.base import Sink, SinkItem
 from snapshotter.sources.base import Dialect
 from snapshotter.sources.log import Change, Commit, LogItem, LogReader, Notice, Progress, TableShape

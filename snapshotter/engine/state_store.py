@@ -15,9 +15,17 @@ import tempfile
 from pathlib import Path
 from types import TracebackType
 
+from snapshotter.common.errors import disk_error
+from snapshotter.common.faults import failpoint
+from snapshotter.config import Config
 from snapshotter.core.state import EngineState, StateError
-from snapshotter.errors import disk_error
-from snapshotter.faults import failpoint
+
+STATE_FILE = "state.json"
+
+
+def state_path(config: Config) -> Path:
+    """The state file of ``config`` (under ``[state] dir``)."""
+    return config.state.dir / STATE_FILE
 
 
 class StateLockedError(StateError):

@@ -27,12 +27,12 @@ from typing import Protocol
 
 from signals.model import WatermarkKind
 from signals.names import TableId
+from snapshotter.common.faults import failpoint
 from snapshotter.core.keys import Key
 from snapshotter.core.spans import SpanRead, range_read_limit
 from snapshotter.core.visibility import ReadVisibility
 from snapshotter.core.window import ChunkWindow
 from snapshotter.engine.signal_cleanup import WatermarkCleanup
-from snapshotter.faults import failpoint
 from snapshotter.sources.base import ChunkSpec, Dialect, ReadCancelled, TableSchema, error_chain
 
 log = logging.getLogger("snapshotter.chunks")

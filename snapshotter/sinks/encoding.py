@@ -175,7 +175,7 @@ def encode_row(row: Mapping[str, Any] | None) -> str:
     """One row (column name -> value) as a JSON object text, exactly as the sink writes it.
 
     This is the single encoder of the value model: the sink uses it for ``key``, ``before``
-    and ``after``, and ``snapshotter.verify`` for the table side, so both compare alike.
+    and ``after``, and ``snapshotter.verify.rows`` for the table side, so both compare alike.
     """
     if row is None:
         return "null"

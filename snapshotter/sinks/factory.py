@@ -21,7 +21,7 @@ def _jsonl(config: Config, describe: Describe, key_names: KeyNames) -> Sink:
 
 
 def _kafka(config: Config, describe: Describe, key_names: KeyNames) -> Sink:
-    from snapshotter.sinks.kafka import KafkaSink
+    from snapshotter.sinks.kafka.sink import KafkaSink
 
     sink = config.sink
     return KafkaSink(
@@ -40,7 +40,7 @@ def _kafka(config: Config, describe: Describe, key_names: KeyNames) -> Sink:
 
 
 def _spark(config: Config, describe: Describe, key_names: KeyNames) -> Sink:
-    from snapshotter.sinks.spark import SparkSink
+    from snapshotter.sinks.spark.sink import SparkSink
 
     return SparkSink.from_config(config, describe=describe, key_columns=key_names)
 

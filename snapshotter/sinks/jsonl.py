@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from signals.names import TableId
-from snapshotter import faults
+from snapshotter.common import faults
+from snapshotter.common.errors import disk_error
 from snapshotter.core.events import ChangeEvent
 from snapshotter.core.window import ReadBatch
-from snapshotter.errors import disk_error
 from snapshotter.sinks import batch_json
 from snapshotter.sinks.base import Ack, SinkItem
 from snapshotter.sinks.encoding import (

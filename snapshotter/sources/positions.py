@@ -3,7 +3,7 @@ stream from (:class:`StreamPositionLost`, whose message names the way out), wher
 stream starts (:class:`NewStart`), and the wording of sizes and fixes.
 
 Each source decides from its own facts whether a position is lost (``postgres.positions``:
-the replication slot; ``mysql.positions``: the binlog files); ``snapshotter.stream_position``
+the replication slot; ``mysql.positions``: the binlog files); ``snapshotter.app.stream_position``
 ties those checks to the saved state for ``run``, ``status``, ``reset-stream`` and
 ``teardown``.
 """

@@ -21,13 +21,13 @@ import pymysql
 import sqlalchemy as sa
 
 from signals.names import TableId
-from snapshotter.cli import main as cli_main
+from snapshotter.app.cli import main as cli_main
+from snapshotter.app.runner import StopFlag, run_engine
 from snapshotter.config import Config, load_config
-from snapshotter.convergence import check_table
 from snapshotter.engine.workers import PhaseHooks
-from snapshotter.runner import StopFlag, run_engine
 from snapshotter.sources.postgres import setup as pg_setup
-from snapshotter.verify import Verdict
+from snapshotter.verify.convergence import check_table
+from snapshotter.verify.rows import Verdict
 
 PREFIX = "test"
 SPARK_MASTER = "local[2]"
@@ -141,7 +141,7 @@ dir = "state"
                 f'client = "{self.client}"\n'
                 + (f"kafka = {self.kafka_settings}\n" if self.kafka_settings else "")
             )
-        # One Spark session per test process (snapshotter.landing.session); local[2] as CI.
+        # One Spark session per test process (snapshotter.sinks.spark.session); local[2] as CI.
         return (
             f'[sink]\nkind = "spark"\npath = "lake"\nformat = "{self.sink_format}"\n'
             "compact_min_rows = 20000\n\n"
@@ -155,8 +155,8 @@ dir = "state"
 
     def lander(self) -> Any:
         """A Lander over this capture's landing root (the process's Spark session)."""
-        from snapshotter.landing.lander import Lander
-        from snapshotter.landing.session import spark_session
+        from snapshotter.sinks.spark.lander import Lander
+        from snapshotter.sinks.spark.session import spark_session
 
         config = self.config
         spark = spark_session(config.spark, delta=config.sink.format == "delta")
@@ -165,8 +165,8 @@ dir = "state"
     def verify_landed(self, table: str) -> Any:
         """``snapshotter verify`` for the spark sink: the table against its landed current
         state, by key-hash buckets narrowed down to keys."""
-        from snapshotter.landing.verify import LandedVerifier
-        from snapshotter.runner import open_dialect
+        from snapshotter.app.runner import open_dialect
+        from snapshotter.verify.spark import LandedVerifier
 
         dialect = open_dialect(self.config)
         try:
@@ -177,7 +177,7 @@ dir = "state"
     def landed_rows(self, table: str) -> dict[str, dict[str, Any]]:
         """The landed current state of ``table``, read with Spark: canonical key -> row
         (data columns only, as Python values)."""
-        from snapshotter.landing.lander import data_columns
+        from snapshotter.sinks.spark.lander import data_columns
 
         key = self.key_of(table)
         state = self.lander().current_state(self.table_id(table))
@@ -191,8 +191,8 @@ dir = "state"
         canonical key -> row."""
         import pyarrow as pa
 
-        from snapshotter.landing.types import landed_columns, rows_to_landed
-        from snapshotter.runner import open_dialect
+        from snapshotter.app.runner import open_dialect
+        from snapshotter.sinks.spark.types import landed_columns, rows_to_landed
 
         dialect = open_dialect(self.config)
         try:
@@ -206,7 +206,7 @@ dir = "state"
         return {_canonical_key(r, key): r for r in landed}
 
     def key_of(self, table: str) -> list[str]:
-        from snapshotter.runner import open_dialect
+        from snapshotter.app.runner import open_dialect
 
         dialect = open_dialect(self.config)
         try:
@@ -294,8 +294,8 @@ dir = "state"
         return out
 
     def status(self) -> dict[str, Any]:
+        from snapshotter.app.status import status_report
         from snapshotter.core.state import EngineState
-        from snapshotter.status import status_report
 
         path = self.directory / "state" / "state.json"
         return status_report(EngineState.from_json(path.read_text(encoding="utf-8")), None)

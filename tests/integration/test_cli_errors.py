@@ -42,7 +42,7 @@ class Said:
 def cli(config: Path, *args: str, timeout: float = 120, verbose: bool = False) -> Said:
     """``snapshotter COMMAND -c CONFIG ARGS...`` as a subprocess (stdin not a terminal)."""
     command, *rest = args
-    argv = [sys.executable, "-m", "snapshotter.cli", command, "-c", str(config)]
+    argv = [sys.executable, "-m", "snapshotter.app.cli", command, "-c", str(config)]
     if verbose:
         argv.append("-v")
     argv += rest
@@ -411,7 +411,7 @@ def test_a_killed_engines_slot_is_taken_over(capture: Any) -> None:
     cap.init()
     env = {k: v for k, v in os.environ.items() if k != "SNAPSHOTTER_FAULTS"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "snapshotter.cli", "run", "-c", str(cap.config_path)],
+        [sys.executable, "-m", "snapshotter.app.cli", "run", "-c", str(cap.config_path)],
         cwd=REPO,
         env=env,
         stdout=subprocess.DEVNULL,

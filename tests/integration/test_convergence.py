@@ -41,7 +41,8 @@ from signals.names import TableId
 from snapshotter.engine.workers import ChunkTask, PhaseHooks
 from snapshotter.sources.postgres import types as pg_types
 from snapshotter.sources.postgres.dialect import PostgresDialect
-from snapshotter.verify import Verdict, compare, materialize, read_table_rows
+from snapshotter.sources.postgres.scan import read_table_rows
+from snapshotter.verify.rows import Verdict, compare, materialize
 from tests.integration.engine_harness import Capture, CaptureFactory, EngineThread, mysql_connect
 from tests.integration.writer import KINDS, RandomWriter
 
@@ -995,9 +996,9 @@ def table_as_json(
     cap: Capture, table: str, key: Sequence[str], *, json_as_text: bool
 ) -> dict[str, dict[str, Any]]:
     """The table at the source as the sink encodes rows: canonical key -> JSON row."""
-    from snapshotter.runner import open_dialect
+    from snapshotter.app.runner import open_dialect
     from snapshotter.sinks.encoding import json_as_text as with_json_text
-    from snapshotter.verify import as_json_row
+    from snapshotter.verify.rows import as_json_row
 
     dialect = open_dialect(cap.config)
     try:
@@ -1565,7 +1566,7 @@ def test_a_restart_mid_snapshot_resumes_after_the_last_read_key(source: Source) 
 
 
 def _cli(cap: Capture, command: str, *args: str) -> list[str]:
-    return [sys.executable, "-m", "snapshotter.cli", command, "-c", str(cap.config_path), *args]
+    return [sys.executable, "-m", "snapshotter.app.cli", command, "-c", str(cap.config_path), *args]
 
 
 def test_the_cli_resumes_after_sigterm(source: Source) -> None:
@@ -1817,7 +1818,7 @@ def test_a_kafka_outage_past_the_delivery_timeout_stops_the_engine_and_resume_co
     and once the broker is back a new run resends what followed and converges (messages
     may repeat: at least once). With either client (librdkafka fails the deliveries itself
     at its delivery timeout; kafka-python keeps retrying and the sink's own timer fires)."""
-    from snapshotter.sinks.kafka import KafkaSinkError
+    from snapshotter.sinks.kafka.sink import KafkaSinkError
 
     if client == "confluent":
         pytest.importorskip("confluent_kafka")

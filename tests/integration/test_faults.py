@@ -3,7 +3,7 @@ finishes the snapshot, and the output still converges to the table.
 
 Each run: a table of FAULT_ROWS rows under the random writer (inserts, updates, deletes, key
 changes) for the whole run; ``execute-snapshot``; ``snapshotter run --until-caught-up`` in a
-subprocess with ``SNAPSHOTTER_FAULTS=<point>@<N>`` (snapshotter/faults.py), so the process
+subprocess with ``SNAPSHOTTER_FAULTS=<point>@<N>`` (snapshotter/common/faults.py), so the process
 kills itself the N-th time it reaches the point, N drawn from the run's seed (a random
 moment inside that phase); then ``snapshotter resume --until-caught-up``; then, the writer
 stopped, a last catch-up and the convergence check of the sink (JSONL: ``verify`` on the

@@ -49,7 +49,7 @@ import sqlalchemy as sa
 from signals.names import TableId
 from snapshotter.engine.workers import ChunkTask, PhaseHooks
 from snapshotter.sources.postgres import setup as pg_setup
-from snapshotter.verify import Verdict
+from snapshotter.verify.rows import Verdict
 from tests.integration.engine_harness import Capture, mysql_connect
 from tests.integration.test_convergence import events, progress, wait_for
 

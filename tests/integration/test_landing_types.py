@@ -48,7 +48,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from snapshotter.landing.types import META_COLUMNS
+from snapshotter.sinks.spark.types import META_COLUMNS
 from tests.integration.engine_harness import Capture, CaptureFactory, mysql_connect
 
 pytestmark = pytest.mark.integration

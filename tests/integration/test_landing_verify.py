@@ -16,18 +16,18 @@ from pyspark.sql import SparkSession
 
 from signals.names import TableId
 from signals.table import create_signal_table
-from snapshotter import cli
+from snapshotter.app import cli
 from snapshotter.config import SparkConfig
 from snapshotter.core.events import ChangeEvent, Op, SnapshotMarker, Source
 from snapshotter.core.position import Position
-from snapshotter.landing.lander import Format, Lander
-from snapshotter.landing.session import spark_session
-from snapshotter.landing.staging import StagingArea
-from snapshotter.landing.types import events_to_landed
-from snapshotter.landing.verify import LandedVerdict, LandedVerifier
+from snapshotter.sinks.spark.lander import Format, Lander
+from snapshotter.sinks.spark.session import spark_session
+from snapshotter.sinks.spark.staging import StagingArea
+from snapshotter.sinks.spark.types import events_to_landed
 from snapshotter.sources.base import ChunkSpec, Dialect, TableSchema
 from snapshotter.sources.mysql.dialect import MySqlDialect
 from snapshotter.sources.postgres.dialect import PostgresDialect
+from snapshotter.verify.spark import LandedVerdict, LandedVerifier
 
 pytestmark = pytest.mark.integration
 

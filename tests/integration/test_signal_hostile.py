@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from signals.plan import MAX_TABLES_PER_SIGNAL
-from snapshotter.cli import main as cli_main
+from snapshotter.app.cli import main as cli_main
 from snapshotter.core.state import MAX_FINISHED
 from snapshotter.engine.workers import ChunkTask, PhaseHooks
 from tests.integration.engine_harness import Capture, EngineThread

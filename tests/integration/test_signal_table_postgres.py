@@ -161,7 +161,7 @@ def test_cli_init_signal_and_list(pg_url: str, pg_schema: str, tmp_path: Path) -
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "snapshotter.cli", *args],
+            [sys.executable, "-m", "snapshotter.app.cli", *args],
             capture_output=True,
             text=True,
             env=env,

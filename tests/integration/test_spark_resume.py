@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from snapshotter.landing.lander import Landed, Lander
-from snapshotter.landing.staging import StagedBatch
+from snapshotter.sinks.spark.lander import Landed, Lander
+from snapshotter.sinks.spark.staging import StagedBatch
 from tests.integration.engine_harness import Capture
 from tests.integration.test_convergence import catch_up, wait_for
 from tests.integration.test_spark_sink import _CRASHING_RUN, REPO, _saved

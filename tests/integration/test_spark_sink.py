@@ -24,10 +24,10 @@ from signals.names import TableId
 from snapshotter.config import SparkConfig
 from snapshotter.core.events import ChangeEvent, Op, SnapshotMarker, Source
 from snapshotter.core.position import Position
-from snapshotter.landing.lander import Lander, data_columns
-from snapshotter.landing.session import spark_session
-from snapshotter.landing.staging import StagingArea
-from snapshotter.landing.types import events_to_landed
+from snapshotter.sinks.spark.lander import Lander, data_columns
+from snapshotter.sinks.spark.session import spark_session
+from snapshotter.sinks.spark.staging import StagingArea
+from snapshotter.sinks.spark.types import events_to_landed
 from snapshotter.sources.base import ColumnInfo, TableSchema
 from tests.integration.engine_harness import SPARK_MASTER, Capture
 
@@ -112,8 +112,9 @@ def test_landing_the_same_staged_batch_twice_changes_nothing(tmp_path: Path, fmt
 # removed.
 _CRASHING_RUN = """
 import sys, time
-from snapshotter.cli import main
-from snapshotter.landing import lander, staging
+from snapshotter.app.cli import main
+from snapshotter.sinks.spark import lander
+from snapshotter.sinks.spark import staging
 
 where = sys.argv[1]
 if where == "stage":

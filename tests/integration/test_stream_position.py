@@ -42,11 +42,19 @@ ROWS = 300
 def cli(
     cap: Capture, *args: str, env: dict[str, str] | None = None, timeout: float = 180
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m snapshotter.cli COMMAND -c CONF ARGS...`` as a user runs it (no terminal:
+    """``python -m snapshotter.app.cli COMMAND -c CONF ARGS...`` as a user runs it (no terminal:
     stdin is /dev/null)."""
     environ = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     return subprocess.run(
-        [sys.executable, "-m", "snapshotter.cli", args[0], "-c", str(cap.config_path), *args[1:]],
+        [
+            sys.executable,
+            "-m",
+            "snapshotter.app.cli",
+            args[0],
+            "-c",
+            str(cap.config_path),
+            *args[1:],
+        ],
         cwd=REPO,
         env=environ,
         stdin=subprocess.DEVNULL,

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from snapshotter import cli
+from snapshotter.app import cli
 from tests.integration.engine_harness import Capture
 from tests.integration.test_convergence import (
     Source,

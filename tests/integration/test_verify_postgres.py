@@ -19,8 +19,9 @@ from snapshotter.core.events import ChangeEvent, Op, SnapshotMarker, Source
 from snapshotter.core.position import Position
 from snapshotter.core.values import RawJson
 from snapshotter.sinks.jsonl import JsonlSink
+from snapshotter.sources.postgres.scan import read_table_rows
 from snapshotter.sources.postgres.types import LoadContext
-from snapshotter.verify import compare, materialize, read_table_rows
+from snapshotter.verify.rows import compare, materialize
 
 pytestmark = pytest.mark.integration
 

@@ -28,8 +28,8 @@ from snapshotter.core.window import ReadBatch
 from snapshotter.sinks import batch_json
 from snapshotter.sinks.encoding import encode_row
 from snapshotter.sinks.jsonl import JsonlSink, JsonlSinkError
-from snapshotter.sinks.kafka import KafkaSink, KafkaSinkError
-from snapshotter.sinks.kafka_clients import KafkaPythonProducer
+from snapshotter.sinks.kafka.clients import KafkaPythonProducer
+from snapshotter.sinks.kafka.sink import KafkaSink, KafkaSinkError
 from snapshotter.sources.base import ColumnInfo, TableSchema
 from snapshotter.sources.sql_common import columns_converter
 

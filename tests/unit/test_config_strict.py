@@ -85,7 +85,7 @@ def test_an_unknown_name_is_refused(name: str) -> None:
 
 
 def test_a_sink_built_in_code_refuses_them_too() -> None:
-    from snapshotter.sinks.kafka import KafkaSink, KafkaSinkError
+    from snapshotter.sinks.kafka.sink import KafkaSink, KafkaSinkError
 
     with pytest.raises(KafkaSinkError, match="security_protocl: not a kafka-python"):
         KafkaSink(

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from snapshotter.faults import POINTS, FaultSpecError, parse
+from snapshotter.common.faults import POINTS, FaultSpecError, parse
 
 
 def test_a_spec_names_points_and_counts() -> None:
@@ -43,7 +43,7 @@ def test_a_point_kills_the_process_at_its_nth_reach_after_setting_the_moment_up(
     done = _run(
         "sink.flush@3",
         """
-        from snapshotter.faults import failpoint
+        from snapshotter.common.faults import failpoint
         for i in range(1, 6):
             print("reach", i, flush=True)
             failpoint("sink.flush", before=lambda: print("half written", flush=True))
@@ -65,7 +65,7 @@ def test_a_run_that_ends_first_says_how_often_each_point_was_reached() -> None:
     done = _run(
         "spark.land@9",
         """
-        from snapshotter.faults import failpoint
+        from snapshotter.common.faults import failpoint
         for _ in range(2):
             failpoint("window.close")
         failpoint("spark.land")
@@ -81,7 +81,7 @@ def test_points_cost_nothing_when_unset() -> None:
         [
             sys.executable,
             "-c",
-            "from snapshotter.faults import failpoint, POINTS\n"
+            "from snapshotter.common.faults import failpoint, POINTS\n"
             "for p in POINTS: failpoint(p, before=lambda: 1 / 0)",
         ],
         env=env,

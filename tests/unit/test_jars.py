@@ -1,4 +1,5 @@
-"""snapshotter.landing.jars: finds the jars scripts/spark-jars provisioned, or says what to do."""
+"""snapshotter.sinks.spark.jars: finds the jars scripts/spark-jars provisioned, or says what
+to do."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from snapshotter.landing import jars
-from snapshotter.landing.jars import MissingJarsError, delta_jars, jars_dir, jdbc_jar
+from snapshotter.sinks.spark import jars
+from snapshotter.sinks.spark.jars import MissingJarsError, delta_jars, jars_dir, jdbc_jar
 
 VERSIONS = {"delta-spark": "4.4.1", "pyspark": "4.2.0"}
 DELTA = ["delta-spark_4.2_2.13-4.4.0.jar", "delta-storage-4.4.0.jar"]

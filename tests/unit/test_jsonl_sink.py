@@ -22,7 +22,7 @@ from snapshotter.core.values import UNAVAILABLE_VALUE, RawJson
 from snapshotter.sinks import encoding
 from snapshotter.sinks.counting import CountingSink
 from snapshotter.sinks.jsonl import JsonlSink, JsonlSinkError, encode_row
-from snapshotter.verify import ABSENT, as_json_row, canonical, compare, materialize
+from snapshotter.verify.rows import ABSENT, as_json_row, canonical, compare, materialize
 
 ORDERS = TableId("public", "orders")
 ITEMS = TableId("shop", "items")

@@ -145,7 +145,7 @@ def test_reserved_settings_are_all_named() -> None:
 
 
 def test_the_reserved_set_covers_what_the_sink_promises_rest_on() -> None:
-    from snapshotter.sinks.kafka import PRODUCER_FIXED
+    from snapshotter.sinks.kafka.sink import PRODUCER_FIXED
 
     assert set(PRODUCER_FIXED) <= KAFKA_RESERVED
     assert {"bootstrap_servers", "acks", "enable_idempotence", "retries"} <= KAFKA_RESERVED
@@ -262,7 +262,7 @@ def test_confluent_refuses_callback_settings() -> None:
 
 
 def test_the_confluent_fixed_settings_are_reserved() -> None:
-    from snapshotter.sinks.kafka_clients import CONFLUENT_FIXED, CONFLUENT_RESERVED
+    from snapshotter.common.librdkafka import CONFLUENT_FIXED, CONFLUENT_RESERVED
 
     assert set(CONFLUENT_FIXED) <= CONFLUENT_RESERVED
     assert CONFLUENT_FIXED["partitioner"] == "murmur2_random"  # kafka-python's partitions

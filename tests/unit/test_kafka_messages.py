@@ -32,13 +32,6 @@ from signals.names import TableId
 from snapshotter.core.events import ChangeEvent, Op, SnapshotMarker, Source
 from snapshotter.core.position import Position
 from snapshotter.core.values import UNAVAILABLE_VALUE, RawJson
-from snapshotter.sinks.connect_schema import (
-    column_schema,
-    envelope_schema,
-    key_schema,
-    row_schema,
-    source_schema,
-)
 from snapshotter.sinks.encoding import (
     KeyMismatchError,
     encode_key,
@@ -47,12 +40,19 @@ from snapshotter.sinks.encoding import (
     json_as_text,
 )
 from snapshotter.sinks.jsonl import JsonlSink
-from snapshotter.sinks.kafka_clients import KafkaPythonProducer
-from snapshotter.sinks.kafka_read import Message, materialize_messages
+from snapshotter.sinks.kafka.clients import KafkaPythonProducer
+from snapshotter.sinks.kafka.connect_schema import (
+    column_schema,
+    envelope_schema,
+    key_schema,
+    row_schema,
+    source_schema,
+)
 from snapshotter.sources.base import ColumnInfo, TableSchema
 from snapshotter.sources.mysql import types as my_types
 from snapshotter.sources.postgres import types as pg_types
-from snapshotter.verify import Materialized, VerifyError, canonical
+from snapshotter.verify.kafka import Message, materialize_messages
+from snapshotter.verify.rows import Materialized, VerifyError, canonical
 
 FAST = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -1590,7 +1590,7 @@ def fake_sink(
     json_text: bool = False,
     table: TableSchema = ITEM_TABLE,
 ) -> tuple[Any, FakeProducer]:
-    from snapshotter.sinks.kafka import KafkaSink
+    from snapshotter.sinks.kafka.sink import KafkaSink
 
     sink = KafkaSink(
         bootstrap_servers="nowhere:9092",
@@ -1707,7 +1707,7 @@ class CountingDescribe:
 
 
 def test_the_table_is_described_again_only_when_after_changes_shape() -> None:
-    from snapshotter.sinks.kafka import KafkaSink
+    from snapshotter.sinks.kafka.sink import KafkaSink
 
     describe = CountingDescribe(ITEM_TABLE)
     sink = KafkaSink(
@@ -1773,7 +1773,7 @@ def _clients() -> dict[str, type]:
 
 
 def test_client_settings_follow_each_clients_default_config() -> None:
-    from snapshotter.sinks.kafka import client_settings
+    from snapshotter.sinks.kafka.sink import client_settings
 
     settings_ = {
         "security_protocol": "SASL_SSL",
@@ -1806,7 +1806,7 @@ def test_client_settings_follow_each_clients_default_config() -> None:
 def test_the_sink_waits_for_kafka_past_its_bound_on_unacknowledged_bytes() -> None:
     """kafka-python's producer queues without bound: past ``max_unflushed_bytes`` sent since
     everything was last acknowledged, the sink flushes (waits) before sending more."""
-    from snapshotter.sinks.kafka import KafkaSink
+    from snapshotter.sinks.kafka.sink import KafkaSink
 
     flushes: list[int] = []
 

@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from snapshotter.core.position import Position
-from snapshotter.landing import appends
-from snapshotter.landing.appends import KnownKeys, orderable
-from snapshotter.landing.types import OP, POS
+from snapshotter.sinks.spark import appends
+from snapshotter.sinks.spark.appends import KnownKeys, orderable
+from snapshotter.sinks.spark.types import OP, POS
 
 # A segment of a staged part: a chunk's READ rows after its close watermark ("r"), or log
 # rows ("c", "u", "d"), with their keys.

@@ -1,4 +1,4 @@
-"""The verify hash of landed rows (``snapshotter.landing.verify.hash_rows``): one function on
+"""The verify hash of landed rows (``snapshotter.verify.spark.hash_rows``): one function on
 both sides, so equal values must hash alike whatever their Arrow representation, and any
 difference in a value must show."""
 
@@ -12,8 +12,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from snapshotter.landing import verify
-from snapshotter.landing.verify import BUCKETS, bucket_of, hash_rows
+from snapshotter.verify import spark as verify
+from snapshotter.verify.spark import BUCKETS, bucket_of, hash_rows
 
 ROWS: dict[str, list[Any]] = {
     "id": [1, 2, 3, -4],

@@ -28,7 +28,7 @@ from snapshotter.core.events import ChangeEvent, Op, SnapshotMarker, Source
 from snapshotter.core.position import Position
 from snapshotter.core.values import RawJson
 from snapshotter.core.window import ReadBatch
-from snapshotter.landing.types import (
+from snapshotter.sinks.spark.types import (
     OP,
     POS,
     SNAPSHOT,

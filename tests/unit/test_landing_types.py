@@ -16,8 +16,8 @@ from signals.names import TableId
 from snapshotter.core.events import ChangeEvent, Op, SnapshotMarker, Source
 from snapshotter.core.position import Position
 from snapshotter.core.values import UNAVAILABLE_VALUE, RawJson
-from snapshotter.landing.staging import StagingArea, StagingError
-from snapshotter.landing.types import (
+from snapshotter.sinks.spark.staging import StagingArea, StagingError
+from snapshotter.sinks.spark.types import (
     LandingTypeError,
     events_to_landed,
     landed_schema,

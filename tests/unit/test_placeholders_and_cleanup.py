@@ -18,9 +18,9 @@ from snapshotter.core.events import ChangeEvent, Op, SnapshotMarker, Source
 from snapshotter.core.position import Position
 from snapshotter.core.values import UNAVAILABLE_VALUE, RawJson
 from snapshotter.engine.signal_cleanup import window_of
-from snapshotter.landing.types import events_to_landed
+from snapshotter.sinks.spark.types import events_to_landed
 from snapshotter.sources.base import ColumnInfo, TableSchema
-from snapshotter.verify import PLACEHOLDER_TEXT_OR_BASE64, Materialized, canonical, materialize
+from snapshotter.verify.rows import PLACEHOLDER_TEXT_OR_BASE64, Materialized, canonical, materialize
 
 T = TableId("s", "docs")
 SCHEMA = TableSchema(

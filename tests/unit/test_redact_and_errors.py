@@ -13,9 +13,8 @@ import sqlalchemy as sa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from snapshotter.errors import disk_error, explain, is_privilege_error
-from snapshotter.landing.session import _delta_note
-from snapshotter.redact import (
+from snapshotter.common.errors import disk_error, explain, is_privilege_error
+from snapshotter.common.redact import (
     MASK,
     RedactingFilter,
     Redactor,
@@ -24,6 +23,7 @@ from snapshotter.redact import (
     setting_secrets,
     url_secrets,
 )
+from snapshotter.sinks.spark.session import _delta_note
 from snapshotter.sources.postgres.reader import (
     BUSY_GRACE_S,
     SILENT_S,

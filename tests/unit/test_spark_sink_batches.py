@@ -20,10 +20,10 @@ from signals.names import TableId
 from snapshotter.core.events import ChangeEvent, Op, SnapshotMarker, Source
 from snapshotter.core.position import Position
 from snapshotter.core.window import ReadBatch
-from snapshotter.landing.lander import Landed
-from snapshotter.landing.staging import StagedBatch, StagingArea
-from snapshotter.sinks import spark as spark_sink
-from snapshotter.sinks.spark import SparkSink
+from snapshotter.sinks.spark import sink as spark_sink
+from snapshotter.sinks.spark.lander import Landed
+from snapshotter.sinks.spark.sink import SparkSink
+from snapshotter.sinks.spark.staging import StagedBatch, StagingArea
 from snapshotter.sources.base import ColumnInfo, TableSchema
 
 A, B = TableId("shop", "a"), TableId("shop", "b")

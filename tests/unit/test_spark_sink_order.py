@@ -16,10 +16,10 @@ import pytest
 from signals.names import TableId
 from snapshotter.core.events import ChangeEvent, Op, SnapshotMarker, Source
 from snapshotter.core.position import Position
-from snapshotter.landing.lander import Landed
-from snapshotter.landing.staging import StagedBatch, StagingArea
-from snapshotter.landing.types import events_to_landed
-from snapshotter.sinks.spark import SparkSink, SparkSinkError
+from snapshotter.sinks.spark.lander import Landed
+from snapshotter.sinks.spark.sink import SparkSink, SparkSinkError
+from snapshotter.sinks.spark.staging import StagedBatch, StagingArea
+from snapshotter.sinks.spark.types import events_to_landed
 from snapshotter.sources.base import ColumnInfo, TableSchema
 
 TABLE = TableId("shop", "items")

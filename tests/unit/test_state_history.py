@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from signals.names import TableId
+from snapshotter.app.status import TABLE_ROWS, status_report, table_rows
 from snapshotter.core.state import (
     KEEP_FINISHED_PER_TABLE,
     MAX_FINISHED,
@@ -18,7 +19,6 @@ from snapshotter.core.state import (
     SnapshotStatus,
     TableProgress,
 )
-from snapshotter.status import TABLE_ROWS, status_report, table_rows
 
 
 def record(

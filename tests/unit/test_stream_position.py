@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from signals.names import TableId
-from snapshotter.cli import CliError, _confirm, build_parser
+from snapshotter.app.cli import CliError, _confirm, build_parser
+from snapshotter.app.status import status_report
+from snapshotter.app.stream_position import reset_state, tables_to_snapshot
 from snapshotter.config import parse_config
 from snapshotter.core.position import Position
 from snapshotter.core.state import (
@@ -34,8 +36,6 @@ from snapshotter.sources.positions import (
 from snapshotter.sources.postgres import positions as slot_positions
 from snapshotter.sources.postgres.positions import slot_problem, slot_warnings
 from snapshotter.sources.postgres.setup import SlotFacts, lsn_text, lsn_value
-from snapshotter.status import status_report
-from snapshotter.stream_position import reset_state, tables_to_snapshot
 
 MB = 1024 * 1024
 SAVED = lsn_value("1/2000")
@@ -360,7 +360,7 @@ def test_without_a_terminal_only_yes_goes_on(monkeypatch: pytest.MonkeyPatch) ->
 def test_on_a_terminal_the_answer_decides(
     monkeypatch: pytest.MonkeyPatch, answer: str, goes_on: bool
 ) -> None:
-    from snapshotter import cli
+    from snapshotter.app import cli
 
     monkeypatch.setattr("sys.stdin.isatty", lambda: True)
     monkeypatch.setattr(cli.err, "input", lambda prompt: answer)
@@ -394,7 +394,7 @@ def test_run_names_the_config_and_tables_when_the_binlog_is_purged_mid_run(
 ) -> None:
     """The binlog reader's error for a purged file (server error 1236) carries the lost
     position as its cause; `run` prints it with the config file and the tables."""
-    from snapshotter import cli, runner
+    from snapshotter.app import cli, runner
     from snapshotter.sources.mysql.reader import BinlogReaderError
 
     config = tmp_path / "my.toml"

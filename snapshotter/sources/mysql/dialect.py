@@ -32,8 +32,8 @@ import pymysql
 import sqlalchemy as sa
 
 from signals.names import TableId
+from snapshotter.common.faults import failpoint
 from snapshotter.core.keys import Key
-from snapshotter.faults import failpoint
 from snapshotter.sources.base import (
     ChunkReadError,
     ChunkRows,

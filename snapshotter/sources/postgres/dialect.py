@@ -30,9 +30,9 @@ from sqlalchemy.dialects.postgresql import psycopg as sa_psycopg
 from sqlalchemy.types import UserDefinedType
 
 from signals.names import TableId
+from snapshotter.common.faults import failpoint
 from snapshotter.core.keys import Key
 from snapshotter.core.visibility import PgSnapshot
-from snapshotter.faults import failpoint
 from snapshotter.sources.base import (
     ChunkReadError,
     ChunkRows,
@@ -484,7 +484,7 @@ class PostgresDialect(SqlDialect):
     def scan(self, schema: TableSchema) -> Iterator[dict[str, Any]]:
         """Every row of the table in the value model, read with the chunk reader's loaders
         (for ``verify``), on a connection of its own, streamed."""
-        from snapshotter.verify import read_table_rows
+        from snapshotter.sources.postgres.scan import read_table_rows
 
         columns = [(c.name, c.type_code) for c in schema.columns]
         args, kwargs = self.engine.dialect.create_connect_args(self.url)

@@ -7,24 +7,17 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Callable
-from pathlib import Path
 
+from snapshotter.app.stream_position import check_before_streaming
 from snapshotter.config import Config
 from snapshotter.core.state import EngineState
 from snapshotter.engine import Engine, KeyCatalog
-from snapshotter.engine.state_store import StateStore
+from snapshotter.engine.state_store import StateStore, state_path
 from snapshotter.engine.workers import PhaseHooks
 from snapshotter.sinks.base import Sink
 from snapshotter.sinks.factory import sink_for
 from snapshotter.sources.base import Dialect
 from snapshotter.sources.connector import connector_for
-from snapshotter.stream_position import check_before_streaming
-
-STATE_FILE = "state.json"
-
-
-def state_path(config: Config) -> Path:
-    return config.state.dir / STATE_FILE
 
 
 def build_engine(

@@ -3,7 +3,7 @@
 
 Starting Spark costs about ten seconds, so the session is made once and kept: every landing
 and every ``verify`` of the process uses it. Delta's jars are provisioned ahead of time by
-``scripts/spark-jars`` (``snapshotter.landing.jars``), never fetched at first use.
+``scripts/spark-jars`` (``snapshotter.sinks.spark.jars``), never fetched at first use.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ DELTA_CONF = {
 
 
 def _delta_provisioned() -> bool:
-    from snapshotter.landing.jars import MissingJarsError, delta_jars
+    from snapshotter.sinks.spark.jars import MissingJarsError, delta_jars
 
     try:
         delta_jars()
@@ -103,7 +103,7 @@ def spark_session(config: SparkConfig, *, delta: bool = False) -> SparkSession:
                 conf.update(LOCAL_CONF)
                 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         if delta:
-            from snapshotter.landing.jars import delta_jars
+            from snapshotter.sinks.spark.jars import delta_jars
 
             conf.update(DELTA_CONF)
             if config.master.startswith("local"):

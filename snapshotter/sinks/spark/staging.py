@@ -24,8 +24,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from signals.names import TableId
-from snapshotter.faults import failpoint
-from snapshotter.landing.types import OP, POS, UNAVAILABLE
+from snapshotter.common.faults import failpoint
+from snapshotter.sinks.spark.types import OP, POS, UNAVAILABLE
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1

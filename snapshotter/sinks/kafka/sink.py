@@ -5,7 +5,7 @@
 * Key: the primary key as JSON, ``{"id": 7}`` (Debezium's key shape); value: the envelope as
   :mod:`snapshotter.sinks.encoding` writes it, the same text as the JSONL sink's ``value``.
   With ``schemas = true`` both are wrapped as ``{"schema": ..., "payload": ...}`` (Kafka
-  Connect's JsonConverter with ``schemas.enable``; :mod:`snapshotter.sinks.connect_schema`).
+  Connect's JsonConverter with ``schemas.enable``; :mod:`snapshotter.sinks.kafka.connect_schema`).
 * A delete is followed by a tombstone (same key, null value), so a compacted topic can drop
   the key. A truncate has no key: it is sent to every partition of the topic, so each
   partition's consumer sees it in order with that partition's rows.
@@ -15,13 +15,13 @@
 * A chunk's READ rows come as one Arrow batch: keys and values are built column-wise
   (:mod:`snapshotter.sinks.batch_json`), the same bytes as per-row events would give.
 * The client is kafka-python or, with ``[sink] client = "confluent"``, confluent-kafka
-  (librdkafka): :mod:`snapshotter.sinks.kafka_clients`, same promises either way.
+  (librdkafka): :mod:`snapshotter.sinks.kafka.clients`, same promises either way.
 * Durability: :meth:`KafkaSink.checkpoint` records the sends made since the previous one and
   does not wait; :meth:`KafkaSink.acknowledged` returns a checkpoint once every send in it
   (and in all before it) was acknowledged by the brokers, so the state records only what
   Kafka has. A topic cannot be cut back: after a crash the log replays everything after the
   last acknowledged checkpoint, and messages sent after it appear again (at least once;
-  a consumer that upserts by key converges, see :mod:`snapshotter.sinks.kafka_read`).
+  a consumer that upserts by key converges, see :mod:`snapshotter.verify.kafka`).
 """
 
 from __future__ import annotations
@@ -38,15 +38,17 @@ from typing import Any
 import pyarrow as pa
 
 from signals.names import TableId
-from snapshotter import faults
+from snapshotter.common import faults
+from snapshotter.common.librdkafka import confluent_settings_problem
 from snapshotter.config import kafka_setting_problem
 from snapshotter.core.events import ChangeEvent, Op
 from snapshotter.core.values import UNAVAILABLE_VALUE, RawJson
 from snapshotter.core.window import ReadBatch
-from snapshotter.sinks import batch_json, connect_schema
+from snapshotter.sinks import batch_json
 from snapshotter.sinks.base import Ack, SinkItem
 from snapshotter.sinks.encoding import KeyMismatchError, encode_key, encode_value
-from snapshotter.sinks.kafka_clients import (
+from snapshotter.sinks.kafka import connect_schema
+from snapshotter.sinks.kafka.clients import (
     CONFLUENT_DEFAULTS,
     PRODUCER_DEFAULTS,
     PRODUCER_FIXED,
@@ -64,7 +66,6 @@ from snapshotter.sinks.kafka_clients import (
     TopicError,
     Unreachable,
     client_settings,
-    confluent_settings_problem,
     error_name,
 )
 from snapshotter.sources.base import TableSchema

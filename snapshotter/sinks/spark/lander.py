@@ -63,17 +63,17 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from signals.names import TableId
-from snapshotter.faults import failpoint
-from snapshotter.landing.appends import KnownKeys, Plan
-from snapshotter.landing.files import (
+from snapshotter.common.faults import failpoint
+from snapshotter.sinks.spark.appends import KnownKeys, Plan
+from snapshotter.sinks.spark.files import (
     add_file,
     parquet_files,
     parquet_rows,
     remove_files,
     replace_partition,
 )
-from snapshotter.landing.staging import StagedBatch, StagedTable
-from snapshotter.landing.types import BATCH, META_COLUMNS, OP, POS, UNAVAILABLE
+from snapshotter.sinks.spark.staging import StagedBatch, StagedTable
+from snapshotter.sinks.spark.types import BATCH, META_COLUMNS, OP, POS, UNAVAILABLE
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from signals.names import TableId, TablePattern, parse_table_name, parse_table_s
 from snapshotter.config import Config
 from snapshotter.sources.base import Dialect
 from snapshotter.sources.setup_common import resolve_tables
-from snapshotter.verify import Verdict, VerifyError, compare, materialize
+from snapshotter.verify.rows import Verdict, VerifyError, compare, materialize
 
 
 def tables_to_verify(config: Config, dialect: Dialect, names: Sequence[str]) -> list[TableId]:
@@ -45,8 +45,7 @@ def tables_to_verify(config: Config, dialect: Dialect, names: Sequence[str]) -> 
 
 def snapshotted_tables(config: Config) -> list[TableId]:
     """Tables the saved state has snapshots of (none when there is no state)."""
-    from snapshotter.engine.state_store import StateStore
-    from snapshotter.runner import state_path
+    from snapshotter.engine.state_store import StateStore, state_path
 
     path = state_path(config)
     if not path.exists():
@@ -58,8 +57,7 @@ def surrogate_key(config: Config, table: TableId) -> tuple[str, ...] | None:
     """The surrogate key the engine keys ``table``'s events by (the state's last snapshot of
     it that names one and did not fail: the engine's own rule), or None."""
     from snapshotter.core.state import SnapshotStatus
-    from snapshotter.engine.state_store import StateStore
-    from snapshotter.runner import state_path
+    from snapshotter.engine.state_store import StateStore, state_path
 
     path = state_path(config)
     if not path.exists():
@@ -77,11 +75,11 @@ def surrogate_key(config: Config, table: TableId) -> tuple[str, ...] | None:
 
 
 def check_table(config: Config, table: TableId) -> Verdict:
-    from snapshotter.runner import open_dialect
+    from snapshotter.sources.connector import connector_for
 
     source = config.source
     table = table.with_default_schema(source.default_schema)
-    dialect = open_dialect(config)
+    dialect = connector_for(config.source).open_dialect()
     try:
         schema = dialect.describe(table)
         # The key the output is keyed by: the primary key; for a table without one, the
@@ -91,7 +89,7 @@ def check_table(config: Config, table: TableId) -> Verdict:
         topic = f"{source.topic_prefix}.{table.schema}.{table.table}"
         if config.sink.kind == "kafka":
             from snapshotter.sinks.encoding import json_as_text
-            from snapshotter.sinks.kafka_read import materialize_topic
+            from snapshotter.verify.kafka import materialize_topic
 
             sink = config.sink
             output = materialize_topic(

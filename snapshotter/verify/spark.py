@@ -51,9 +51,9 @@ import pyarrow.compute as pc
 
 from signals.names import TableId
 from snapshotter.config import Config
-from snapshotter.landing.types import META_COLUMNS, landed_columns, rows_to_landed
+from snapshotter.sinks.spark.types import META_COLUMNS, landed_columns, rows_to_landed
 from snapshotter.sources.base import ChunkSpec, Dialect, TableError, TableSchema
-from snapshotter.verify import (
+from snapshotter.verify.rows import (
     ColumnDiff,
     RowDiff,
     Verdict,
@@ -66,7 +66,7 @@ from snapshotter.verify import (
 if TYPE_CHECKING:  # pyspark is imported where Spark is used: hashing and JSON need none
     from pyspark.sql import Column, DataFrame
 
-    from snapshotter.landing.lander import Lander, TableMeta
+    from snapshotter.sinks.spark.lander import Lander, TableMeta
 
 log = logging.getLogger(__name__)
 _Ours = TypeVar("_Ours")
@@ -458,7 +458,7 @@ class LandedSide:
     def __init__(self, state: DataFrame, names: Sequence[str], key_columns: Sequence[str]):
         from pyspark.sql import functions as F
 
-        from snapshotter.landing.lander import quote
+        from snapshotter.sinks.spark.lander import quote
 
         self.names = list(names)
         present = set(state.columns)
@@ -496,7 +496,7 @@ class LandedSide:
         """The landed rows (data columns and both hashes) whose key falls in ``buckets``."""
         from pyspark.sql import functions as F
 
-        from snapshotter.landing.lander import quote
+        from snapshotter.sinks.spark.lander import quote
 
         picked = self._hashed.where(F.col(_BUCKET).isin(list(buckets))).select(
             *[F.col(quote(n)) for n in self.names],
@@ -783,18 +783,18 @@ class LandedVerifier:
 
 
 def verify_landed(config: Config, names: Sequence[str]) -> Iterator[Outcome]:
-    """Verify each table (:func:`snapshotter.convergence.tables_to_verify`: the rule is the
+    """Verify each table (:func:`snapshotter.verify.convergence.tables_to_verify`: the rule is the
     same for every sink) against the landed state under ``[sink] path``; one outcome per
     table, as each is done."""
     from pyspark.errors import PySparkException
 
-    from snapshotter.convergence import tables_to_verify
-    from snapshotter.landing.lander import Lander, LandingError
-    from snapshotter.landing.session import spark_session
-    from snapshotter.runner import open_dialect
+    from snapshotter.sinks.spark.lander import Lander, LandingError
+    from snapshotter.sinks.spark.session import spark_session
+    from snapshotter.sources.connector import connector_for
+    from snapshotter.verify.convergence import tables_to_verify
 
     sink = config.sink
-    dialect = open_dialect(config)
+    dialect = connector_for(config.source).open_dialect()
     try:
         tables = tables_to_verify(config, dialect, names)  # before Spark's start: it is slow
         spark = spark_session(config.spark, delta=sink.format == "delta")

@@ -59,7 +59,7 @@ def status_report(
     state: EngineState, lag_bytes: int | None, warnings: Sequence[str] = ()
 ) -> dict[str, Any]:
     """The report ``status`` prints; ``warnings`` are the stream position's health
-    (snapshotter.stream_position.stream_health)."""
+    (snapshotter.app.stream_position.stream_health)."""
     state = state.model_copy(update={"snapshots": list(state.snapshots)})
     state.prune_history()
     return {

@@ -47,19 +47,19 @@ from typing import Any
 import pyarrow as pa
 
 from signals.names import TableId
+from snapshotter.common.errors import disk_error, is_disk_full
 from snapshotter.config import Config
 from snapshotter.core.events import ChangeEvent
 from snapshotter.core.window import ReadBatch
-from snapshotter.errors import disk_error, is_disk_full
-from snapshotter.landing.lander import Landed, Lander, LandingError, landed_tables
-from snapshotter.landing.staging import StagedBatch, StagingArea
-from snapshotter.landing.types import (
+from snapshotter.sinks.base import Ack, SinkItem
+from snapshotter.sinks.spark.lander import Landed, Lander, LandingError, landed_tables
+from snapshotter.sinks.spark.staging import StagedBatch, StagingArea
+from snapshotter.sinks.spark.types import (
     events_to_landed,
     read_batch_to_landed,
     read_batch_unknown_columns,
     unknown_columns,
 )
-from snapshotter.sinks.base import Ack, SinkItem
 from snapshotter.sources.base import TableSchema
 
 log = logging.getLogger(__name__)
@@ -139,7 +139,7 @@ class SparkSink:
         sink = config.sink
 
         def open_lander() -> Lander:
-            from snapshotter.landing.session import spark_session
+            from snapshotter.sinks.spark.session import spark_session
 
             spark = spark_session(config.spark, delta=sink.format == "delta")
             return Lander(

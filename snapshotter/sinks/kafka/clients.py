@@ -27,6 +27,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from snapshotter.common.librdkafka import CONFLUENT_FIXED, confluent_missing
+
 log = logging.getLogger(__name__)
 
 Client = Literal["kafka-python", "confluent"]
@@ -56,79 +58,6 @@ CONFLUENT_DEFAULTS: dict[str, Any] = {
     # unacknowledged in bytes itself ([sink] max_unacked_mb), so allow many small ones.
     "queue.buffering.max.messages": 2_000_000,
 }
-CONFLUENT_FIXED: dict[str, Any] = {
-    "acks": "all",
-    "enable.idempotence": True,
-    "max.in.flight.requests.per.connection": 5,
-    "partitioner": "murmur2_random",  # Java's (and kafka-python's) partition of a key
-}
-# librdkafka settings the config refuses: the sink's promises rest on them (and their
-# aliases), or they take Python callables, which a config file cannot give.
-CONFLUENT_RESERVED = frozenset(
-    {
-        *CONFLUENT_FIXED,
-        "bootstrap.servers",
-        "metadata.broker.list",
-        "request.required.acks",
-        "max.in.flight",
-        "delivery.report.only.error",  # acknowledgements come from delivery reports
-        "transactional.id",
-        "enable.gapless.guarantee",
-        "retries",
-        "message.send.max.retries",
-        "group.id",  # the verify consumer's
-        "enable.auto.commit",
-    }
-)
-CONFLUENT_OBJECT_SETTINGS = frozenset(
-    {
-        "on_delivery",
-        "error_cb",
-        "stats_cb",
-        "throttle_cb",
-        "oauth_cb",
-        "logger",
-        "on_commit",
-        "dr_cb",
-        "dr_msg_cb",
-    }
-)
-# For "did you mean": the librdkafka settings people set most (any property librdkafka
-# knows is accepted; see its CONFIGURATION.md).
-CONFLUENT_COMMON = (
-    "security.protocol",
-    "sasl.mechanism",
-    "sasl.mechanisms",
-    "sasl.username",
-    "sasl.password",
-    "ssl.ca.location",
-    "ssl.certificate.location",
-    "ssl.key.location",
-    "ssl.key.password",
-    "ssl.endpoint.identification.algorithm",
-    "enable.ssl.certificate.verification",
-    "client.id",
-    "linger.ms",
-    "batch.size",
-    "batch.num.messages",
-    "compression.type",
-    "compression.codec",
-    "message.max.bytes",
-    "request.timeout.ms",
-    "delivery.timeout.ms",
-    "message.timeout.ms",
-    "socket.timeout.ms",
-    "socket.connection.setup.timeout.ms",
-    "queue.buffering.max.messages",
-    "queue.buffering.max.kbytes",
-    "queue.buffering.max.ms",
-    "retries",
-    "retry.backoff.ms",
-    "statistics.interval.ms",
-    "debug",
-    "fetch.max.bytes",
-    "fetch.min.bytes",
-)
 
 
 class ClientError(Exception):
@@ -364,13 +293,6 @@ def error_name(code: int) -> str:
 # --- confluent-kafka (librdkafka) -----------------------------------------------------------
 
 
-def confluent_missing() -> str:
-    return (
-        '[sink] client = "confluent" needs the confluent-kafka package: '
-        "pip install 'snapshotter[confluent]' (or confluent-kafka)"
-    )
-
-
 def _confluent() -> Any:
     try:
         import confluent_kafka
@@ -391,55 +313,6 @@ def confluent_config(bootstrap: str, settings: Mapping[str, Any], **more: Any) -
         "bootstrap.servers": ",".join(servers(bootstrap)),
         "logger": _quiet("librdkafka"),
     }
-
-
-def _librdkafka_refusal(settings: Mapping[str, Any]) -> str | None:
-    """What librdkafka says of a client built with these settings (None: it takes them).
-    Building a client checks every property; it connects to nothing until asked."""
-    confluent = _confluent()
-    try:
-        confluent.Producer({**settings, "logger": _quiet("check")})
-    except confluent.KafkaException as exc:
-        text: str = exc.args[0].str() if exc.args else str(exc)
-        return text
-    except (TypeError, ValueError) as exc:
-        return str(exc)
-    return None
-
-
-def confluent_setting_problem(name: str, value: Any) -> str | None:
-    """Why ``[sink] kafka`` cannot hold librdkafka setting ``name = value`` (None: it can, as
-    far as the setting alone tells; :func:`confluent_settings_problem` judges them together).
-    librdkafka itself judges the name and the value."""
-    if name in CONFLUENT_OBJECT_SETTINGS:
-        return f"{name}: takes a Python object, which a config file cannot give"
-    try:
-        refusal = _librdkafka_refusal({name: value})
-    except ClientError as exc:
-        return str(exc)
-    if refusal is None:
-        return None
-    if "No such configuration property" in refusal:
-        from snapshotter.config import did_you_mean
-
-        return (
-            f"{name}: not a librdkafka setting{did_you_mean(name, CONFLUENT_COMMON)}; "
-            'with client = "confluent" the keys are librdkafka\'s (security.protocol, '
-            "sasl.mechanism, ssl.ca.location...)"
-        )
-    if "Failed to create" in refusal:  # needs other settings beside it: judged together
-        return None
-    return f"{name}: {refusal}"
-
-
-def confluent_settings_problem(settings: Mapping[str, Any]) -> str | None:
-    """Why librdkafka refuses these settings together (one alone may need another, e.g.
-    ``security.protocol = "SASL_SSL"`` a ``sasl.mechanism``); None: it takes them."""
-    try:
-        refusal = _librdkafka_refusal(settings)
-    except ClientError as exc:
-        return str(exc)
-    return None if refusal is None else f"librdkafka refuses these settings: {refusal}"
 
 
 class _Reports:

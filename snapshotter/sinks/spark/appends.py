@@ -33,7 +33,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from snapshotter.landing.types import OP, POS
+from snapshotter.sinks.spark.types import OP, POS
 
 Key = tuple[Any, ...]
 _READ_SUFFIX = 17  # "-" and the row index's 16 hex digits after the close watermark's token

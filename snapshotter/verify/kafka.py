@@ -24,15 +24,15 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from snapshotter.sinks.kafka import KafkaSinkError
-from snapshotter.sinks.kafka_clients import (
+from snapshotter.sinks.kafka.clients import (
     Client,
     ClientError,
     Unreachable,
     client_settings,
     read_topic_confluent,
 )
-from snapshotter.verify import (
+from snapshotter.sinks.kafka.sink import KafkaSinkError
+from snapshotter.verify.rows import (
     PLACEHOLDER_TEXT,
     PLACEHOLDER_TEXT_OR_BASE64,
     Materialized,

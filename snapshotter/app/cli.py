@@ -21,17 +21,23 @@ from signals.display import printable
 from signals.names import parse_table_selector
 from signals.table import create_signal_table, insert_signal, new_signal_id, read_signals
 from snapshotter import __version__
+from snapshotter.common.errors import explain
+from snapshotter.common.redact import (
+    RedactingFilter,
+    Redactor,
+    mask_url,
+    setting_secrets,
+    url_secrets,
+)
 from snapshotter.config import Config, ConfigError, load_config
-from snapshotter.connect import create_engine
 from snapshotter.core.state import StateError
 from snapshotter.engine.state_store import StateStore
-from snapshotter.errors import explain
-from snapshotter.redact import RedactingFilter, Redactor, mask_url, setting_secrets, url_secrets
 from snapshotter.sources.base import TableError as TableErrorBase
+from snapshotter.sources.connect import create_engine
 from snapshotter.sources.connector import Connector, connector_for, saved_position_text
 
 if TYPE_CHECKING:
-    from snapshotter.stream_position import ResetPlan
+    from snapshotter.app.stream_position import ResetPlan
 
 # Off a terminal rich assumes 80 columns, which folds the status table into a column of
 # fragments; pipes and logs get room for a whole row instead.
@@ -124,7 +130,7 @@ def _print_problems(problems: Sequence[Any]) -> None:
 def _save_start(config: Config, connector: Connector, start: dict[str, Any]) -> bool:
     """Save ``start`` as where the first run streams from, unless the state has a saved
     position already (kept: init never moves a stream on); whether it had one."""
-    from snapshotter.runner import state_path
+    from snapshotter.engine.state_store import state_path
 
     config.state.dir.mkdir(parents=True, exist_ok=True)
     try:
@@ -145,7 +151,7 @@ def _save_start(config: Config, connector: Connector, start: dict[str, Any]) -> 
 def _create_signal_table(engine: sa.Engine, config: Config, connector: Connector) -> list[Any]:
     """Create the signal table (unless it exists). A privilege the user lacks is a problem
     printed with the prerequisites, so one `init` names everything to fix."""
-    from snapshotter.errors import is_privilege_error, source_reason
+    from snapshotter.common.errors import is_privilege_error, source_reason
     from snapshotter.sources.setup_common import Problem
 
     table = config.source.signal_table_id
@@ -170,9 +176,10 @@ def _create_signal_table(engine: sa.Engine, config: Config, connector: Connector
 def _warn_if_position_lost(config: Config, config_path: str) -> None:
     """After init: say so when the saved state resumes from a position that is gone (a slot
     init has just created again, a purged binlog), since `run` will refuse it."""
-    from snapshotter.runner import open_dialect, state_path
+    from snapshotter.app.runner import open_dialect
+    from snapshotter.app.stream_position import check_saved_position
+    from snapshotter.engine.state_store import state_path
     from snapshotter.sources.positions import StreamPositionLost
-    from snapshotter.stream_position import check_saved_position
 
     path = state_path(config)
     if not path.exists():
@@ -212,9 +219,8 @@ def _confirm(args: argparse.Namespace, question: str) -> None:
 def cmd_reset_stream(args: argparse.Namespace) -> int:
     """Stream from the current end of the log: a new slot (PostgreSQL) or the binlog's end
     (MySQL) in the state, unfinished snapshots stopped; then snapshot the tables again."""
-    from snapshotter import stream_position as sp
-    from snapshotter.engine.state_store import StateLockedError
-    from snapshotter.runner import state_path
+    from snapshotter.app import stream_position as sp
+    from snapshotter.engine.state_store import StateLockedError, state_path
     from snapshotter.sources.positions import execute_snapshot_command
     from snapshotter.sources.setup_common import SetupError
 
@@ -295,9 +301,8 @@ def cmd_teardown(args: argparse.Namespace) -> int:
     a state directory an engine holds."""
     import contextlib
 
-    from snapshotter import stream_position as sp
-    from snapshotter.engine.state_store import StateLockedError
-    from snapshotter.runner import state_path
+    from snapshotter.app import stream_position as sp
+    from snapshotter.engine.state_store import StateLockedError, state_path
     from snapshotter.sources.setup_common import SetupError
 
     config = _config(args)
@@ -403,7 +408,7 @@ def _check_snapshot(config: Config, signal: ExecuteSnapshot) -> None:
     engine (the state file may be behind it)."""
     from signals.names import TableSet
     from signals.plan import Selectors, plan_snapshot
-    from snapshotter.runner import open_dialect
+    from snapshotter.app.runner import open_dialect
 
     source = config.source
     dialect = open_dialect(config)
@@ -483,9 +488,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = _config(args)
     if args.command == "resume":
         _announce_resume(config)
+    from snapshotter.app.progress import live_progress
+    from snapshotter.app.runner import StopFlag, run_engine
     from snapshotter.engine.state_store import StateLockedError
-    from snapshotter.progress import live_progress
-    from snapshotter.runner import StopFlag, run_engine
     from snapshotter.sinks.jsonl import JsonlSinkError
     from snapshotter.sources.log import LogReaderError
     from snapshotter.sources.positions import StreamPositionLost
@@ -514,8 +519,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _tables_to_snapshot(config: Config) -> list[str] | None:
     """The tables whose changes a lost stream position may have cost (None if unknown)."""
-    from snapshotter.runner import open_dialect, state_path
-    from snapshotter.stream_position import captured_tables, tables_to_snapshot
+    from snapshotter.app.runner import open_dialect
+    from snapshotter.app.stream_position import captured_tables, tables_to_snapshot
+    from snapshotter.engine.state_store import state_path
 
     try:
         state = StateStore(state_path(config)).load()
@@ -529,7 +535,7 @@ def _tables_to_snapshot(config: Config) -> list[str] | None:
 
 
 def _announce_resume(config: Config) -> None:
-    from snapshotter.runner import state_path
+    from snapshotter.engine.state_store import state_path
 
     path = state_path(config)
     if not path.exists() and Path(f"{path}.lock").exists():
@@ -566,7 +572,7 @@ def _announce_resume(config: Config) -> None:
 
 
 def _print_summary(config: Config) -> None:
-    from snapshotter.runner import state_path
+    from snapshotter.engine.state_store import state_path
 
     path = state_path(config)
     if not path.exists():
@@ -579,7 +585,7 @@ def _print_summary(config: Config) -> None:
 def _landing_status(config: Config, sink: dict[str, Any]) -> dict[str, Any]:
     """The spark sink's side of status: what state recorded as staged, and what waits in the
     staging directory for the lander (read without Spark)."""
-    from snapshotter.landing.staging import StagingArea, StagingError
+    from snapshotter.sinks.spark.staging import StagingArea, StagingError
 
     area = StagingArea(config.staging_dir)
     try:
@@ -597,9 +603,9 @@ def _landing_status(config: Config, sink: dict[str, Any]) -> dict[str, Any]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from snapshotter.runner import state_path
-    from snapshotter.status import status_report, table_rows
-    from snapshotter.stream_position import stream_health
+    from snapshotter.app.status import status_report, table_rows
+    from snapshotter.app.stream_position import stream_health
+    from snapshotter.engine.state_store import state_path
 
     config = _config(args)
     path = state_path(config)
@@ -671,7 +677,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def _lag_bytes(config: Config, resume: dict[str, Any]) -> int | None:
     """How far the log end is ahead of the saved restart point, in bytes; None if the
     source is unreachable or the distance is not known."""
-    from snapshotter.runner import open_dialect
+    from snapshotter.app.runner import open_dialect
 
     dialect = open_dialect(config)
     try:
@@ -694,10 +700,10 @@ def _verify_jsonl(config: Config, names: Sequence[str], *, as_json: bool) -> int
     that cannot be compared is reported and the others still are. Exit 1 if any diverges
     or fails."""
     from signals.names import TableNameError
-    from snapshotter.convergence import check_table, tables_to_verify
-    from snapshotter.runner import open_dialect
+    from snapshotter.app.runner import open_dialect
     from snapshotter.sources.base import TableError
-    from snapshotter.verify import VerifyError, verdict_json
+    from snapshotter.verify.convergence import check_table, tables_to_verify
+    from snapshotter.verify.rows import VerifyError, verdict_json
 
     dialect = open_dialect(config)
     try:
@@ -733,10 +739,10 @@ def _verify_landed(config: Config, names: Sequence[str], *, as_json: bool) -> in
     """Each table against its landed current state; a table that cannot be compared is
     reported and the others still are. Exit 1 if any diverges or fails."""
     from signals.names import TableNameError
-    from snapshotter.landing.lander import LandingError
-    from snapshotter.landing.verify import verify_landed
+    from snapshotter.sinks.spark.lander import LandingError
     from snapshotter.sources.base import TableError
-    from snapshotter.verify import VerifyError
+    from snapshotter.verify.rows import VerifyError
+    from snapshotter.verify.spark import verify_landed
 
     failed = False
     results: list[dict[str, Any]] = []

@@ -170,7 +170,7 @@ def stream_health(config: Config, state: EngineState, config_path: str = CONF) -
                 conn, state.stream.resume, source.backlog_warn_mb, config_path
             )
     except sa.exc.SQLAlchemyError as exc:
-        from snapshotter.redact import mask_url
+        from snapshotter.common.redact import mask_url
 
         url = mask_url(source.url)  # also a ?password= in the query, which SQLAlchemy shows
         what = connector.log_name

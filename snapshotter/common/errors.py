@@ -13,7 +13,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from snapshotter.redact import mask_url
+from snapshotter.common.redact import mask_url
 
 # PostgreSQL SQLSTATEs: the connection (class 08), the login (28), an unknown database.
 _PG_CONNECT = ("08", "28", "3D000", "57P03")
