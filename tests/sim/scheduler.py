@@ -47,7 +47,7 @@ from tests.sim.workload import Workload
 # SNAPSHOTTER_SIM_LAG_ACROSS_RESTARTS=1: let a commit stay invisible across an engine restart
 # (PostgreSQL: a commit logged, then stuck waiting for a synchronous standby while the engine
 # restarts). The engine's visibility history (core.visibility) lives in memory only, so a
-# chunk read after the restart can emit a row that commit made stale: seeds fail (e.g. 18).
+# chunk read after the restart can emit a row that commit made stale: seeds fail (e.g. 11).
 LAG_ACROSS_RESTARTS = os.environ.get("SNAPSHOTTER_SIM_LAG_ACROSS_RESTARTS") == "1"
 MAX_DEPTH = 2  # chunk tasks running inside another's phase hook, at most
 FINAL_ACTIONS = 20_000  # the final phase must be caught up by then
