@@ -459,12 +459,12 @@ def child_snapshot(spec: dict[str, Any]) -> dict[str, Any]:
 
     sinks: list[TimedSparkSink] = []
 
-    def open_sink(config: Any, dialect: Any, key_names: Any) -> Any:
-        sink = TimedSparkSink.from_config(config, describe=dialect.describe, key_columns=key_names)
+    def open_sink(config: Any, describe: Any, key_names: Any) -> Any:
+        sink = TimedSparkSink.from_config(config, describe=describe, key_columns=key_names)
         sinks.append(sink)
         return sink
 
-    runner.open_sink = open_sink  # build_engine looks it up at call time
+    runner.sink_for = open_sink  # build_engine looks it up at call time
     config = load_config(spec["config"])
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):

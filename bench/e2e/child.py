@@ -1,7 +1,7 @@
 """The engine's process in the end-to-end bench: ``snapshotter run -c CONFIG``, as a user runs
 it, with the configured sink wrapped in a transparent timing proxy.
 
-``e2e_bench.py --child SPEC`` lands here. It replaces ``snapshotter.app.runner.open_sink`` (which
+``e2e_bench.py --child SPEC`` lands here. It replaces ``snapshotter.app.runner.sink_for`` (which
 ``build_engine`` looks up when it builds the engine) by one that builds the configured sink
 (or, for ``"counting"``, ``CountingSink``) and wraps it in ``TimedSink``, then calls the CLI's
 ``main(["run", "-c", CONFIG])``: its logging, its SIGTERM handling (the parent stops the
@@ -238,19 +238,21 @@ def main(spec_path: str) -> int:
     from snapshotter.app import cli, runner
     from snapshotter.sinks.counting import CountingSink
 
-    configured = runner.open_sink
+    configured = runner.sink_for
     holder: list[TimedSink] = []
     ticker = TableId(*spec["ticker"].split(".", 1)) if spec.get("ticker") else None
 
-    def open_sink(config: Any, dialect: Any, key_names: Any) -> Sink:
+    def open_sink(config: Any, describe: Any, key_names: Any) -> Sink:
         inner = (
-            CountingSink() if spec["sink"] == "counting" else configured(config, dialect, key_names)
+            CountingSink()
+            if spec["sink"] == "counting"
+            else configured(config, describe, key_names)
         )
         timed = TimedSink(inner, chan, TableId(*spec["table"].split(".", 1)), ticker, spec["rows"])
         holder.append(timed)
         return timed
 
-    runner.open_sink = open_sink
+    runner.sink_for = open_sink  # build_engine looks it up at call time
     code = cli.main(["run", "-c", spec["config"]])
     landed = [x.rows for x in getattr(holder[0].inner, "landed", [])] if holder else []
     chan.send(
