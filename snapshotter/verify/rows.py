@@ -38,6 +38,10 @@ class VerifyError(ValueError):
     """Input the check cannot read (a malformed line, a duplicate table key...)."""
 
 
+class TableKeyTwice(VerifyError):
+    """The table scan returned one key twice: not a key, or a scan the server tore."""
+
+
 def canonical(value: Any) -> str:
     """A JSON value as one canonical text: equal texts mean equal JSON values."""
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
@@ -316,7 +320,7 @@ def compare(
             raise VerifyError(f"a table row has no key column {exc.args[0]!r}") from None
         ck = canonical(key)
         if ck in seen:
-            raise VerifyError(f"the table has key {_show(key)} twice; is it really the key?")
+            raise TableKeyTwice(f"the table has key {_show(key)} twice; is it really the key?")
         seen.add(ck)
         actual = materialized.rows.get(ck)
         if actual is None:

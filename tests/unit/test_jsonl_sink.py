@@ -645,3 +645,18 @@ def test_random_events_materialize_to_the_oracle(tmp_path_factory: Any, plan: An
     # Every line parses with a strict parser (no NaN tokens).
     for line in lines(path):
         json.loads(line, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+
+
+def test_a_table_scan_that_returns_a_key_twice_is_run_once_more() -> None:
+    """verify: a torn scan (a key twice) is scanned again; a table that really has a key
+    twice is still refused."""
+    from snapshotter.verify.convergence import _compare_scanned
+    from snapshotter.verify.rows import Materialized, TableKeyTwice
+
+    output = Materialized(topic=TOPIC)
+    output.put(canonical({"id": 1}), {"id": 1}, {"id": 1, "v": 1})
+    scans = iter([[{"id": 1, "v": 1}, {"id": 1, "v": 1}], [{"id": 1, "v": 1}]])
+    verdict = _compare_scanned(output, lambda: next(scans), ["id"])
+    assert verdict.ok and verdict.table_rows == 1
+    with pytest.raises(TableKeyTwice, match="twice"):
+        _compare_scanned(output, lambda: [{"id": 1, "v": 1}] * 2, ["id"])
