@@ -173,6 +173,10 @@ class SourceConfig(_Section):
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 
 
+_URL_HOST = re.compile(r"^[a-z][a-z0-9+.\-]*://\[?([^\]/:@]+)")
+_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
 def is_uri(path: str) -> bool:
     """Whether ``path`` names a location by URI (``s3a://``, ``hdfs://``, ``file://``...)."""
     return bool(_URI.match(path))
@@ -266,9 +270,11 @@ class SinkConfig(_Section):
     path: str = ""
     # spark: "parquet" (plain Parquet files, merge-on-read current state) or "delta".
     format: Literal["parquet", "delta"] = "parquet"
-    # spark: where batches are staged (local disk: staged files are fsynced before the state
-    # records them). Unset: <state dir>/staging.
-    staging: Path | None = None
+    # spark: where batches are staged, a directory of this machine (staged files are fsynced
+    # before the state records them) that Spark's executors can read too: on a cluster of
+    # other machines, a shared mount. Unset: "_staging" under a local landing path (Spark
+    # skips "_" directories), else <state dir>/staging.
+    staging_path: Path | None = None
     # spark: the bound on staged, not yet landed data. Past it, the engine waits for Spark
     # (backpressure) instead of staging more.
     max_staged_mb: int = Field(default=512, ge=1)
@@ -360,11 +366,50 @@ class SinkConfig(_Section):
 
 
 class SparkConfig(_Section):
-    # local[*] (default), a cluster URL (spark://, yarn, k8s://), or Spark Connect (sc://).
+    # local[*] (default) or a cluster's master URL (spark://HOST:PORT, yarn, k8s://...): the
+    # engine's process is Spark's driver.
     master: str = "local[*]"
+    # Spark Connect instead of a driver in this process: "sc://HOST:PORT". The server's own
+    # master runs the work; master must then stay unset.
+    remote: str | None = Field(default=None, pattern=r"^sc://\S+$")
     app_name: str = "snapshotter"
-    # Extra Spark configuration, e.g. {"spark.driver.memory" = "4g"}.
+    # Extra Spark configuration, e.g. {"spark.driver.memory" = "4g"}. Through Spark Connect
+    # only settings a running session takes (spark.sql.*).
     conf: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("master")
+    @classmethod
+    def _not_connect(cls, value: str) -> str:
+        if value.startswith("sc://"):
+            raise ValueError(
+                f'{value!r} is a Spark Connect URL: set remote = "{value}" and leave master unset'
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _one_of_master_and_remote(self) -> SparkConfig:
+        if self.remote is not None and "master" in self.model_fields_set:
+            raise ValueError(
+                f"master {self.master!r} and remote {self.remote!r} are both set: with Spark "
+                "Connect (remote) the server's master runs the work; remove master"
+            )
+        return self
+
+    @property
+    def url(self) -> str:
+        """Where Spark runs: the Connect URL, else the master."""
+        return self.remote or self.master
+
+    @property
+    def runs_elsewhere(self) -> bool:
+        """Whether Spark's executors may run on other machines than this one: a cluster
+        master or Connect server not on the loopback interface (yarn, k8s://, a spark:// or
+        sc:// host other than localhost)."""
+        url = self.url
+        if url.startswith("local"):
+            return False
+        host = _URL_HOST.match(url)
+        return host is None or host.group(1).lower() not in _LOOPBACK
 
 
 class StateConfig(_Section):
@@ -383,7 +428,29 @@ class Config(_Section):
 
     @property
     def staging_dir(self) -> Path:
-        return self.sink.staging or self.state.dir / "staging"
+        if self.sink.staging_path is not None:
+            return self.sink.staging_path
+        if self.sink.kind == "spark" and self.sink.path and not is_uri(self.sink.path):
+            return Path(self.sink.path) / "_staging"
+        return self.state.dir / "staging"
+
+    @model_validator(mode="after")
+    def _staging_the_executors_read(self) -> Config:
+        """A landing on Spark elsewhere needs storage its executors see: refused at start,
+        not found out at the first landing."""
+        if (
+            self.sink.kind == "spark"
+            and self.spark.runs_elsewhere
+            and self.sink.staging_path is None
+            and not is_uri(self.sink.path or "lake")
+        ):
+            raise ValueError(
+                f"sink.path {self.sink.path or 'lake'!r} is a local directory, but Spark runs "
+                f"elsewhere ({self.spark.url}): its executors cannot read this machine's disk; "
+                "set sink.path to shared storage (hdfs://, s3a://...) and sink.staging_path to "
+                "a directory they also see (a shared mount), or run Spark here"
+            )
+        return self
 
 
 def _expand(value: Any, where: str, environ: Mapping[str, str]) -> Any:
@@ -484,8 +551,8 @@ def _resolve_paths(config: Config, base: Path) -> Config:
     if not is_uri(path):
         path = str(base / path)
     update: dict[str, Any] = {"path": path}
-    if config.sink.staging is not None:
-        update["staging"] = base / config.sink.staging
+    if config.sink.staging_path is not None:
+        update["staging_path"] = base / config.sink.staging_path
     sink = config.sink.model_copy(update=update)
     state = config.state.model_copy(update={"dir": base / config.state.dir})
     return config.model_copy(update={"sink": sink, "state": state})

@@ -149,3 +149,34 @@ def kafka_bootstrap() -> str:
     except KafkaError as exc:
         _unavailable("kafka", str(exc))
     return bootstrap
+
+
+@pytest.fixture(scope="session")
+def spark_master() -> str:
+    """A standalone Spark cluster's master URL, spark://HOST:PORT (scripts/services up spark:
+    a master and two 1-core workers on this machine)."""
+    return _service_url("spark", "SNAPSHOTTER_SPARK_MASTER")
+
+
+@pytest.fixture(scope="session")
+def spark_remote(spark_master: str) -> str:
+    """The Spark Connect server of scripts/services up spark, sc://HOST:PORT (its work runs on
+    the cluster of ``spark_master``)."""
+    import socket
+
+    url = os.environ.get("SNAPSHOTTER_SPARK_REMOTE", "")
+    if not url:
+        result = subprocess.run(
+            [str(REPO / "scripts" / "services"), "url", "spark-connect"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        url = (result.stdout.strip().splitlines() or [""])[-1]
+    host, _, port = url.removeprefix("sc://").partition(":")
+    try:
+        socket.create_connection((host, int(port.split("/")[0])), timeout=5).close()
+    except (OSError, ValueError) as exc:
+        _unavailable("spark connect", f"{url or 'no URL'}: {exc}")
+    return url

@@ -92,6 +92,9 @@ class Capture:
     # kafka: "kafka-python" or "confluent"; unset, SNAPSHOTTER_KAFKA_CLIENT or kafka-python
     # (so the whole Kafka suite can run against either client)
     kafka_client: str = ""
+    # spark: where Spark runs: a master URL (local[2] by default, or spark://...: the
+    # standalone cluster of scripts/services up spark) or a Spark Connect URL (sc://...)
+    spark: str = ""
 
     def __post_init__(self) -> None:
         tag = uuid.uuid4().hex[:10]
@@ -141,11 +144,14 @@ dir = "state"
                 f'client = "{self.client}"\n'
                 + (f"kafka = {self.kafka_settings}\n" if self.kafka_settings else "")
             )
-        # One Spark session per test process (snapshotter.sinks.spark.session); local[2] as CI.
+        # One Spark session per test process at a time (snapshotter.sinks.spark.session);
+        # local[2] as CI, unless the test asks for the cluster or Spark Connect.
+        spark = self.spark or SPARK_MASTER
+        where = "remote" if spark.startswith("sc://") else "master"
         return (
             f'[sink]\nkind = "spark"\npath = "lake"\nformat = "{self.sink_format}"\n'
             "compact_min_rows = 20000\n\n"
-            f'[spark]\nmaster = "{SPARK_MASTER}"\n'
+            f'[spark]\n{where} = "{spark}"\n'
         )
 
     @property

@@ -830,8 +830,14 @@ def test_the_spark_sink_converges_under_a_concurrent_random_writer(
 ) -> None:
     """The same run landed by Spark: the landed current state equals the table (read back
     with Spark, and checked by ``verify``), and the changelog holds every kind of event."""
+    spark_converges(source, scenario)
+
+
+def spark_converges(source: Source, scenario: str, spark: str = "") -> None:
+    """``scenario`` snapshotted under the random writer into the spark sink on ``spark`` (a
+    master or Spark Connect URL; unset: local mode), landed state checked against the table."""
     timer = Timer()
-    cap = source.capture(chunk_size=CHUNK, sink="spark")
+    cap = source.capture(chunk_size=CHUNK, sink="spark", spark=spark)
     table, _, pacer = snapshot_under_writer(source, cap, scenario, timer, timeout=240)
     verdict = cap.verify_landed(table.name)
     assert verdict.ok, verdict.render()
@@ -848,7 +854,8 @@ def test_the_spark_sink_converges_under_a_concurrent_random_writer(
     changelog = cap.lander().changelog(cap.table_id(table.name))
     counts = {r["__op"]: r["count"] for r in changelog.groupBy("__op").count().collect()}
     print(
-        f"\n{source.name}/{scenario} (spark): {timer}; {len(expected)} rows; writer "
+        f"\n{source.name}/{scenario} (spark {spark or 'local'}): {timer}; {len(expected)} rows; "
+        f"writer "
         f"{pacer.during} changes during the snapshot; changelog {counts}"
     )
     assert state_of(cap, table.name) == "done"

@@ -87,7 +87,7 @@ def test_resume_streams_while_the_last_runs_batches_land(
     assert catch_up(cap) == 0
     order = [seq for call in landed for seq in call]
     assert order == sorted(order), landed  # landing order is staging (log) order
-    assert not list((cap.directory / "state" / "staging").glob("batch-*"))
+    assert not list(cap.config.staging_dir.glob("batch-*"))
     lander = cap.lander()
     changelog = lander.changelog(cap.table_id("items"))
     assert changelog is not None

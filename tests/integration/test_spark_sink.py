@@ -159,7 +159,7 @@ def test_a_crash_between_staging_and_landing_relands_without_duplicates(
         while time.monotonic() < deadline:
             cap.sql(f"UPDATE \"{cap.schema}\".items SET name = name || '+' WHERE id % 97 = 0", None)
             staged = _saved(cap).get("sink", {}).get("staged", 0)
-            staged_dirs = sorted((cap.directory / "state" / "staging").glob("batch-*"))
+            staged_dirs = sorted(cap.config.staging_dir.glob("batch-*"))
             if staged >= 3 and len(staged_dirs) >= 2:
                 break
             assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
@@ -172,7 +172,7 @@ def test_a_crash_between_staging_and_landing_relands_without_duplicates(
     assert staged_dirs, "the crash left staged batches to land"
     # Restart: the staged batches land first, then the engine goes on to the end.
     assert cap.run(timeout=300) == 0
-    assert not list((cap.directory / "state" / "staging").glob("batch-*"))
+    assert not list(cap.config.staging_dir.glob("batch-*"))
     lander = cap.lander()
     changelog = lander.changelog(cap.table_id("items"))
     assert changelog is not None

@@ -183,3 +183,56 @@ def test_a_url_from_the_environment_is_checked_too() -> None:
         {"SNAPSHOTTER_SOURCE_URL": "mysql://u:Secret-pw1@h"},
     )
     assert "names no database" in message
+
+
+# --- [spark]: where Spark runs, and staging its executors can read -------------------------
+
+SPARK = SOURCE + '[sink]\nkind = "spark"\npath = "lake"\n'
+
+
+def test_staging_defaults_next_to_a_local_landing_path() -> None:
+    config = parse(SPARK)
+    assert config.staging_dir == Path("/etc/snap/lake/_staging")
+    on_s3 = parse(SOURCE + '[sink]\nkind = "spark"\npath = "s3a://b/lake"\n')
+    assert on_s3.staging_dir == Path("/etc/snap/snapshotter-state/staging")
+    given = parse(SPARK + 'staging_path = "/shared/staging"\n')
+    assert given.staging_dir == Path("/shared/staging")
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        'master = "spark://127.0.0.1:7077"',
+        'master = "spark://localhost:7077"',
+        'remote = "sc://127.0.0.1:15002"',
+        'master = "local[4]"',
+    ],
+)
+def test_spark_on_this_machine_lands_a_local_path(where: str) -> None:
+    config = parse(SPARK + f"[spark]\n{where}\n")
+    assert not config.spark.runs_elsewhere
+
+
+@pytest.mark.parametrize(
+    "where",
+    ['master = "spark://10.1.2.3:7077"', 'remote = "sc://spark.example:15002"', 'master = "yarn"'],
+)
+def test_a_local_landing_path_with_spark_elsewhere_is_refused_at_start(where: str) -> None:
+    message = refused(SPARK + f"[spark]\n{where}\n")
+    assert "executors cannot read this machine's disk" in message
+    assert "staging_path" in message
+    # Shared storage named: accepted.
+    shared = SOURCE + '[sink]\nkind = "spark"\npath = "hdfs://nn/lake"\n'
+    shared += 'staging_path = "/mnt/shared/staging"\n'
+    assert parse(shared + f"[spark]\n{where}\n").spark.runs_elsewhere
+
+
+def test_a_connect_url_as_master_is_refused_with_remote() -> None:
+    message = refused(SPARK + '[spark]\nmaster = "sc://h:15002"\n')
+    assert 'remote = "sc://h:15002"' in message
+    both = refused(SPARK + '[spark]\nmaster = "local[2]"\nremote = "sc://h:15002"\n')
+    assert "remove master" in both
+
+
+def test_the_old_staging_key_is_refused_with_the_new_name() -> None:
+    assert "staging_path" in refused(SPARK + 'staging = "/x"\n')

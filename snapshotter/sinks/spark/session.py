@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _session: SparkSession | None = None
 _with_delta = False
+_where = ""  # _where_of the session's config
 
 # Defaults the user's [spark] conf may override.
 BASE_CONF = {
@@ -45,6 +46,10 @@ LOCAL_CONF = {
     # before they pay off (issue 16: a first compaction of 400k rows 15.8 -> 9.7 s, a
     # warm one of 1.2M rows 7.3 -> 7.1 s).
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+}
+CLUSTER_HERE_CONF = {
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
 }
 DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -80,8 +85,16 @@ def spark_session(config: SparkConfig, *, delta: bool = False) -> SparkSession:
     With ``delta``, Delta's jars must be there. Without it, the session still loads Delta
     when its jars are provisioned: there is one session per process, and Delta cannot be
     added to a running one, so a later Delta landing or verify in the same process works."""
-    global _session, _with_delta
+    global _session, _with_delta, _where
+    where = _where_of(config)
     with _lock:
+        if _session is not None and _where != where:
+            # Another Spark than the one asked for (a process lands to one Spark; tests and
+            # benches move between local mode, a cluster and Spark Connect): a JVM holds one
+            # SparkContext, so the old session goes first.
+            log.info("stopping the Spark session on %s for one on %s", _where, where)
+            _session.stop()
+            _session = None
         if _session is not None:
             if delta and not _with_delta:
                 raise RuntimeError(
@@ -93,15 +106,18 @@ def spark_session(config: SparkConfig, *, delta: bool = False) -> SparkSession:
 
         required = delta
         delta = delta or _delta_provisioned()
-        builder = SparkSession.builder.appName(config.app_name)
+        if config.remote is not None:
+            return _connect(config)
+        builder = SparkSession.builder.appName(config.app_name).master(config.master)
         conf = dict(BASE_CONF)
-        if config.master.startswith("sc://"):
-            builder = builder.remote(config.master)
-        else:
-            builder = builder.master(config.master)
-            if config.master.startswith("local"):
-                conf.update(LOCAL_CONF)
-                os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        if config.master.startswith("local"):
+            conf.update(LOCAL_CONF)
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        elif not config.runs_elsewhere:
+            # A cluster on this machine (scripts/services up spark): its executors reach the
+            # driver on the loopback interface, whatever the host name maps to.
+            conf.update(CLUSTER_HERE_CONF)
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         if delta:
             from snapshotter.sinks.spark.jars import delta_jars
 
@@ -127,7 +143,42 @@ def spark_session(config: SparkConfig, *, delta: bool = False) -> SparkSession:
         finally:
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
-        if not config.master.startswith("sc://"):
-            session.sparkContext.setLogLevel("WARN")
-        _session, _with_delta = session, delta
+        session.sparkContext.setLogLevel("WARN")
+        _session, _with_delta, _where = session, delta, where
         return session
+
+
+def _where_of(config: SparkConfig) -> str:
+    """Which Spark a session of ``config`` runs on: any local mode is one."""
+    return "local" if config.remote is None and config.master.startswith("local") else config.url
+
+
+def _connect(config: SparkConfig) -> SparkSession:
+    """A Spark Connect session (``remote``). The server was started with its own jars and
+    static settings: only session settings (``spark.sql.*``) can be given here, and Delta is
+    there if the server loaded it."""
+    global _session, _with_delta, _where
+    from pyspark.sql import SparkSession
+
+    remote = config.remote
+    assert remote is not None
+    conf = {k: v for k, v in BASE_CONF.items() if k.startswith("spark.sql.")}
+    static = sorted(k for k in config.conf if not k.startswith("spark.sql."))
+    if static:
+        raise RuntimeError(
+            f"[spark] conf {', '.join(static)}: a Spark Connect session takes only session "
+            f"settings (spark.sql.*); set the others where the server at {remote} starts"
+        )
+    conf.update(config.conf)
+    log.info("connecting to Spark Connect at %s", remote)
+    try:
+        session = SparkSession.builder.remote(remote).getOrCreate()
+        for key, value in conf.items():
+            session.conf.set(key, value)
+    except ImportError as exc:
+        raise RuntimeError(
+            f"Spark Connect needs its client libraries ({exc}); install snapshotter[connect]"
+        ) from None
+    # Whether Delta works is the server's to say.
+    _session, _with_delta, _where = session, True, _where_of(config)
+    return session

@@ -1,0 +1,39 @@
+"""The spark sink beyond local mode: the convergence run (random concurrent writer, key
+changes included) landed on a standalone Spark cluster (a master and two 1-core workers,
+scripts/services up spark) and through Spark Connect (its server runs on that cluster), on
+PostgreSQL and MariaDB. CI runs the "items" scenario on each; the full matrix:
+
+    SNAPSHOTTER_SPARK_MATRIX=full scripts/test tests/integration/test_spark_cluster.py
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.integration.test_convergence import Source, source, spark_converges
+
+__all__ = ["source"]  # the fixture, used by name
+
+pytestmark = pytest.mark.integration
+
+SCENARIOS = (
+    ["items", "composite", "typed", "wide"]
+    if os.environ.get("SNAPSHOTTER_SPARK_MATRIX") == "full"
+    else ["items"]
+)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_landing_on_a_standalone_cluster_converges(
+    source: Source, scenario: str, spark_master: str
+) -> None:
+    spark_converges(source, scenario, spark=spark_master)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_landing_through_spark_connect_converges(
+    source: Source, scenario: str, spark_remote: str
+) -> None:
+    spark_converges(source, scenario, spark=spark_remote)
