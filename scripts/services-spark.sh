@@ -4,31 +4,31 @@
 # from the installed pyspark's own distribution (bin/spark-class, jars/spark-connect_*.jar)
 # and the machine's Java, on 127.0.0.1. With Docker, docker-compose.yml's spark-* services.
 #
-#   SNAPSHOTTER_SPARK_MASTER_PORT   the master (default 57077; its web UI: 58080, JSON at /json/)
-#   SNAPSHOTTER_SPARK_CONNECT_PORT  the Spark Connect server (default 55002)
-#   SNAPSHOTTER_SPARK_WORKER_MEMORY each worker's memory for executors (default 1g)
-#   SNAPSHOTTER_SPARK_MASTER        use this cluster (spark://HOST:PORT) instead of starting one
-#   SNAPSHOTTER_SPARK_REMOTE        use this Connect server (sc://HOST:PORT) instead of ours
+#   SNAPSHOTTER_STANDALONE_PORT   the master (default 57077; its web UI: 58080, JSON at /json/)
+#   SNAPSHOTTER_CONNECT_PORT  the Spark Connect server (default 55002)
+#   SNAPSHOTTER_STANDALONE_WORKER_MEMORY each worker's memory for executors (default 1g)
+#   SNAPSHOTTER_STANDALONE_MASTER        use this cluster (spark://HOST:PORT) instead of starting one
+#   SNAPSHOTTER_CONNECT_URL        use this Connect server (sc://HOST:PORT) instead of ours
 #
 # `up spark` prints the master URL; `url spark-connect` prints the Connect URL. The workers and
 # the Connect server share this machine's file system, which is what lets a landing and its
 # staging be local paths; a cluster elsewhere needs shared storage (docs/scaling.md).
 
-SP_PORT=${SNAPSHOTTER_SPARK_MASTER_PORT:-57077}
-SP_UI_PORT=${SNAPSHOTTER_SPARK_MASTER_UI_PORT:-58080}
-SC_PORT=${SNAPSHOTTER_SPARK_CONNECT_PORT:-55002}
-SP_WORKER_MEMORY=${SNAPSHOTTER_SPARK_WORKER_MEMORY:-1g}
+SP_PORT=${SNAPSHOTTER_STANDALONE_PORT:-57077}
+SP_UI_PORT=${SNAPSHOTTER_STANDALONE_UI_PORT:-58080}
+SC_PORT=${SNAPSHOTTER_CONNECT_PORT:-55002}
+SP_WORKER_MEMORY=${SNAPSHOTTER_STANDALONE_WORKER_MEMORY:-1g}
 SP_WORKERS=2
 SP_DIR=$DIR/spark
 SP_MARK=$SP_DIR/started-by
 
 spark_master_url() {
-  if [ -n "${SNAPSHOTTER_SPARK_MASTER:-}" ]; then printf '%s\n' "$SNAPSHOTTER_SPARK_MASTER"; return; fi
+  if [ -n "${SNAPSHOTTER_STANDALONE_MASTER:-}" ]; then printf '%s\n' "$SNAPSHOTTER_STANDALONE_MASTER"; return; fi
   printf 'spark://127.0.0.1:%s\n' "$SP_PORT"
 }
 
 spark_connect_url() {
-  if [ -n "${SNAPSHOTTER_SPARK_REMOTE:-}" ]; then printf '%s\n' "$SNAPSHOTTER_SPARK_REMOTE"; return; fi
+  if [ -n "${SNAPSHOTTER_CONNECT_URL:-}" ]; then printf '%s\n' "$SNAPSHOTTER_CONNECT_URL"; return; fi
   printf 'sc://127.0.0.1:%s\n' "$SC_PORT"
 }
 
@@ -91,8 +91,8 @@ spark_wait() { # $1: seconds, $2: what, $3: a command that succeeds when ready, 
 }
 
 spark_up() {
-  if [ -n "${SNAPSHOTTER_SPARK_MASTER:-}" ]; then
-    say "services: using SNAPSHOTTER_SPARK_MASTER; not starting Spark"
+  if [ -n "${SNAPSHOTTER_STANDALONE_MASTER:-}" ]; then
+    say "services: using SNAPSHOTTER_STANDALONE_MASTER; not starting Spark"
     spark_url; return
   fi
   if use_docker; then spark_up_docker; return; fi
@@ -111,7 +111,7 @@ spark_up() {
     local port
     for port in "$SP_PORT" "$SP_UI_PORT"; do
       port_taken "$port" && die "port $port is in use by a server this script did not start; stop \
-it or set SNAPSHOTTER_SPARK_MASTER_PORT / SNAPSHOTTER_SPARK_MASTER_UI_PORT"
+it or set SNAPSHOTTER_STANDALONE_PORT / SNAPSHOTTER_STANDALONE_UI_PORT"
     done
     echo local >"$SP_MARK"
     say "services: starting a Spark master on 127.0.0.1:$SP_PORT (web UI $SP_UI_PORT; logs: $SP_DIR)"
@@ -132,7 +132,7 @@ it or set SNAPSHOTTER_SPARK_MASTER_PORT / SNAPSHOTTER_SPARK_MASTER_UI_PORT"
   spark_wait 60 "$SP_WORKERS workers" '[ "$(spark_alive_workers || true)" = "$SP_WORKERS" ]' worker1
   if ! spark_pid connect "spark.connect.grpc.binding.port=$SC_PORT" >/dev/null; then
     port_taken "$SC_PORT" && die "port $SC_PORT is in use by a server this script did not start; \
-stop it or set SNAPSHOTTER_SPARK_CONNECT_PORT"
+stop it or set SNAPSHOTTER_CONNECT_PORT"
     say "services: starting a Spark Connect server on 127.0.0.1:$SC_PORT (its applications run on the cluster)"
     # Executors only while it has work (dynamic allocation, idle ones go after 15 s), so the
     # Connect server does not hold the cluster's two cores from other applications.

@@ -155,7 +155,7 @@ def kafka_bootstrap() -> str:
 def spark_master() -> str:
     """A standalone Spark cluster's master URL, spark://HOST:PORT (scripts/services up spark:
     a master and two 1-core workers on this machine)."""
-    return _service_url("spark", "SNAPSHOTTER_SPARK_MASTER")
+    return _service_url("spark", "SNAPSHOTTER_STANDALONE_MASTER")
 
 
 @pytest.fixture(scope="session")
@@ -164,7 +164,7 @@ def spark_remote(spark_master: str) -> str:
     the cluster of ``spark_master``)."""
     import socket
 
-    url = os.environ.get("SNAPSHOTTER_SPARK_REMOTE", "")
+    url = os.environ.get("SNAPSHOTTER_CONNECT_URL", "")
     if not url:
         result = subprocess.run(
             [str(REPO / "scripts" / "services"), "url", "spark-connect"],

@@ -3,7 +3,7 @@ changes included) landed on a standalone Spark cluster (a master and two 1-core 
 scripts/services up spark) and through Spark Connect (its server runs on that cluster), on
 PostgreSQL and MariaDB. CI runs the "items" scenario on each; the full matrix:
 
-    SNAPSHOTTER_SPARK_MATRIX=full scripts/test tests/integration/test_spark_cluster.py
+    SNAPSHOTTER_CLUSTER_MATRIX=full scripts/test tests/integration/test_spark_cluster.py
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 
 SCENARIOS = (
     ["items", "composite", "typed", "wide"]
-    if os.environ.get("SNAPSHOTTER_SPARK_MATRIX") == "full"
+    if os.environ.get("SNAPSHOTTER_CLUSTER_MATRIX") == "full"
     else ["items"]
 )
 

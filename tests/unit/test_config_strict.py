@@ -236,3 +236,19 @@ def test_a_connect_url_as_master_is_refused_with_remote() -> None:
 
 def test_the_old_staging_key_is_refused_with_the_new_name() -> None:
     assert "staging_path" in refused(SPARK + 'staging = "/x"\n')
+
+
+def test_the_variables_of_scripts_services_and_the_tests_are_not_configuration() -> None:
+    """scripts/test exports the servers' addresses; SNAPSHOTTER_SPARK_* would be [spark]
+    keys (a CI run once failed every engine test with SNAPSHOTTER_SPARK_MASTER set)."""
+    import re
+
+    repo = Path(__file__).resolve().parents[2]
+    names: set[str] = set()
+    scripts = ["scripts/services", "scripts/services-spark.sh", "scripts/test", "scripts/lib.sh"]
+    for script in scripts:
+        names.update(re.findall(r"\b(SNAPSHOTTER_[A-Z0-9_]+)", (repo / script).read_text()))
+    names -= {"SNAPSHOTTER_REPO", "SNAPSHOTTER_VENV"}
+    assert "SNAPSHOTTER_STANDALONE_MASTER" in names
+    config = parse(SPARK, {name: "x" for name in names})
+    assert config.spark.master == "local[*]"

@@ -144,4 +144,4 @@ def test_a_staging_directory_on_a_full_disk_is_named(tmp_path: Path) -> None:
     assert f"no space left on the device holding the staging directory {tmp_path}/staging" in (
         message
     )
-    assert "[sink] staging" in message and "snapshotter resume" in message
+    assert "[sink] staging_path" in message and "snapshotter resume" in message

@@ -338,7 +338,7 @@ class SparkSink:
         except OSError as exc:  # nothing was recorded: the log replays these events
             where = self._staging.directory
             raise SparkSinkError(
-                disk_error(exc, where, "the staging directory", "[sink] staging")
+                disk_error(exc, where, "the staging directory", "[sink] staging_path")
             ) from exc
         self._seq = seq
         now = time.monotonic()
