@@ -411,10 +411,13 @@ def child_snapshot(spec: dict[str, Any]) -> dict[str, Any]:
 
     class TimedStaging(StagingArea):
         def stage(
-            self, seq: int, tables: Sequence[tuple[TableId, Sequence[str], pa.Table]]
+            self,
+            seq: int,
+            tables: Sequence[tuple[TableId, Sequence[str], pa.Table]],
+            written: Any = None,
         ) -> StagedBatch:
             started = time.perf_counter()
-            batch = super().stage(seq, tables)
+            batch = super().stage(seq, tables, written)
             timing["write"] += time.perf_counter() - started
             counts["staged"] += 1
             counts["staged_bytes"] += batch.bytes

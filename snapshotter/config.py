@@ -10,9 +10,9 @@ Relative paths are relative to the directory of the config file.
 
 Which ``SNAPSHOTTER_*`` variables are configuration (a typo must never be ignored silently):
 
-* ``SNAPSHOTTER_SOURCE_*``, ``SNAPSHOTTER_SINK_*``, ``SNAPSHOTTER_STATE_*`` and
-  ``SNAPSHOTTER_SPARK_*`` set the key the rest names; a key the section does not have is an
-  error ("did you mean ...").
+* ``SNAPSHOTTER_SOURCE_*``, ``SNAPSHOTTER_SINK_*``, ``SNAPSHOTTER_STATE_*``,
+  ``SNAPSHOTTER_SPARK_*`` and ``SNAPSHOTTER_SNAPSHOT_*`` set the key the rest names; a key
+  the section does not have is an error ("did you mean ...").
 * A variable whose first word is a misspelt section name (``SNAPSHOTTER_SORUCE_URL``) is an
   error too.
 * A variable the file references as ``${NAME}`` is only that reference, whatever its name.
@@ -412,6 +412,14 @@ class SparkConfig(_Section):
         return host is None or host.group(1).lower() not in _LOOPBACK
 
 
+class SnapshotConfig(_Section):
+    # Read each window's key range on Spark executors: cut into this many sub-ranges of
+    # [source] chunk_size rows, read by as many Spark tasks at once, their rows written to
+    # staging by the executors and landed without passing through the engine. 0: chunks are
+    # read by the engine ([source] read_parallelism). Needs [sink] kind = "spark".
+    executors: int = Field(default=0, ge=0, le=1024)
+
+
 class StateConfig(_Section):
     dir: Path = Path("snapshotter-state")
     # How often the engine asks the sink to make its output durable and then saves state
@@ -425,6 +433,7 @@ class Config(_Section):
     sink: SinkConfig = Field(default_factory=SinkConfig)
     state: StateConfig = Field(default_factory=StateConfig)
     spark: SparkConfig = Field(default_factory=SparkConfig)
+    snapshot: SnapshotConfig = Field(default_factory=SnapshotConfig)
 
     @property
     def staging_dir(self) -> Path:
@@ -433,6 +442,16 @@ class Config(_Section):
         if self.sink.kind == "spark" and self.sink.path and not is_uri(self.sink.path):
             return Path(self.sink.path) / "_staging"
         return self.state.dir / "staging"
+
+    @model_validator(mode="after")
+    def _executors_need_spark(self) -> Config:
+        if self.snapshot.executors and self.sink.kind != "spark":
+            raise ValueError(
+                f"snapshot.executors = {self.snapshot.executors} reads chunks on Spark "
+                f"executors, whose rows land only through the spark sink; set [sink] kind = "
+                f'"spark", or snapshot.executors = 0 to read chunks in the engine'
+            )
+        return self
 
     @model_validator(mode="after")
     def _staging_the_executors_read(self) -> Config:
@@ -497,6 +516,7 @@ def _section_fields() -> dict[str, dict[str, str]]:
             ("sink", SinkConfig),
             ("state", StateConfig),
             ("spark", SparkConfig),
+            ("snapshot", SnapshotConfig),
         )
     }
 

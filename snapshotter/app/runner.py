@@ -12,6 +12,7 @@ from snapshotter.app.stream_position import check_before_streaming
 from snapshotter.config import Config
 from snapshotter.core.state import EngineState
 from snapshotter.engine import Engine, KeyCatalog
+from snapshotter.engine.executor_reads import executor_reads
 from snapshotter.engine.state_store import StateStore, state_path
 from snapshotter.engine.workers import PhaseHooks
 from snapshotter.sinks.base import Sink
@@ -50,6 +51,7 @@ def build_engine(
         on_progress=on_progress,
         # One more dialect (connection, statement guard) per extra chunk worker.
         open_dialect=connector.open_dialect,
+        remote_reads=executor_reads(config),
     )
     return engine, store
 

@@ -39,6 +39,7 @@ POINTS = (
     "sink.flush",
     "state.write",
     "spark.land",
+    "executor.reads",
 )
 
 
@@ -93,3 +94,9 @@ def failpoint(point: str, before: Callable[[], object] | None = None) -> None:
     is the fatal reach, ``before`` runs first to set the moment up (write half a batch)."""
     if _faults is not None:
         _faults.reach(point, before)
+
+
+def fault_armed(point: str) -> bool:
+    """Whether ``SNAPSHOTTER_FAULTS`` names ``point`` (a caller may then arrange the moment
+    its fault needs)."""
+    return _faults is not None and point in _faults.armed

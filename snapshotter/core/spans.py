@@ -207,12 +207,21 @@ class SpanPlan:
         self.bounded(window_id, last_key, final)
 
     def closed(
-        self, window_id: str, *, selected: int, emitted: int, last_key: Key | None
+        self,
+        window_id: str,
+        *,
+        selected: int,
+        emitted: int,
+        last_key: Key | None,
+        covered: Key | None = None,
     ) -> list[SpanDone]:
         """The window's close watermark was handled and its batch emitted (``selected`` rows
-        read, ``emitted`` survived, ``last_key`` the last key read). Returns what progress
-        may record now: the spans at the head of the plan whose batches are all emitted, in
-        key order (empty when an earlier span is still being read)."""
+        read, ``emitted`` survived, ``last_key`` the last key read). ``covered``: the read
+        says itself that it covered the span only up to this key (a read split into
+        sub-ranges, one of which reached its limit); the rest becomes a span of its own.
+        Returns what progress may record now: the spans at the head of the plan whose
+        batches are all emitted, in key order (empty when an earlier span is still being
+        read)."""
         span = self.span_of(window_id)
         if span is None or span.done is not None:
             raise ValueError(f"window {window_id} reads no span of this plan")
@@ -227,18 +236,23 @@ class SpanPlan:
             # An OPEN read whose answer has not come yet (the log was faster): the batch
             # tells the same.
             self.read_open(window_id, selected, last_key)
-        elif (
-            span.read is not SpanRead.OPEN
-            and selected >= range_read_limit(self.chunk_size)
-            and last_key is not None
-            and last_key != span.upto
+        elif span.read is not SpanRead.OPEN and (
+            (covered is not None and covered != span.upto)
+            or (
+                covered is None
+                and selected >= range_read_limit(self.chunk_size)
+                and last_key is not None
+                and last_key != span.upto
+            )
         ):
             # The range grew past the read's limit: this read covered it up to its last
             # key; the rest is a span of its own (module docstring, 5.).
-            rest = Span(self.next_number, last_key, span.upto, bounded=True, final=span.final)
+            end = covered if covered is not None else last_key
+            assert end is not None
+            rest = Span(self.next_number, end, span.upto, bounded=True, final=span.final)
             self.next_number += 1
             self._spans.insert(self._spans.index(span) + 1, rest)
-            span.upto, span.final = last_key, False
+            span.upto, span.final = end, False
         recorded = last_key if span.read is SpanRead.OPEN else span.upto
         span.done = SpanDone(span.number, recorded, selected, emitted, span.final)
         span.window = None

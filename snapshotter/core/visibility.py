@@ -103,6 +103,23 @@ class PgSnapshot:
         return xid < _FIRST_NORMAL_XID or self._full(xid) < self.xmin
 
 
+@dataclass(frozen=True, slots=True)
+class AllSnapshots:
+    """What several reads of one window saw together (a chunk split into sub-ranges, each
+    read in a transaction of its own): a transaction counts as seen only if every read saw
+    it, so the window drops the keys of any transaction one of them missed. Dropping more
+    than one read needed is safe: those keys have log events before the open watermark,
+    which the sink holds already."""
+
+    snapshots: tuple[ReadVisibility, ...]
+
+    def sees(self, xid: int) -> bool:
+        return all(s.sees(xid) for s in self.snapshots)
+
+    def settled(self, xid: int) -> bool:
+        return all(s.settled(xid) for s in self.snapshots)
+
+
 @dataclass(slots=True)
 class _Transaction:
     xid: int

@@ -188,6 +188,78 @@ class ReadBatch:
         return out
 
 
+@dataclass(frozen=True, slots=True)
+class StagedRows:
+    """A chunk read elsewhere (Spark tasks on executors, ``[snapshot] executors``): its rows
+    are in Parquet files the readers wrote, never in this process. Each file holds one key
+    sub-range of the window, in key order: the landed columns, the key columns as the chunk
+    reader gives them (``RAW_KEY_PREFIX`` + name, for the anti-join at the close) and each
+    row's READ index (``ROW_INDEX``)."""
+
+    files: tuple[str, ...]
+    selected: int  # rows in the files
+    last_key: Key | None  # the last key read (None: none)
+    key_types: pa.Schema  # the key columns' Arrow types as the chunk reader gives them
+    # The window's range was read only up to this key (a sub-range reached its read limit;
+    # the files after it are not part of the chunk); None: read whole.
+    covered: Key | None = None
+
+
+RAW_KEY_PREFIX = "__raw_"
+ROW_INDEX = "__read_index"
+
+
+@dataclass(frozen=True, slots=True)
+class StagedReadBatch:
+    """What a window of a staged chunk emits at its close: where the rows are and which
+    keys the log dropped (an Arrow table of the key columns, typed as ``key_types``). The
+    sink applies the drops where the rows are (Spark: an anti-join), so the rows never pass
+    through this process. Positions: READ row ``i`` of the files is
+    ``position.read_row(file's ROW_INDEX)``."""
+
+    window_id: str
+    table: TableId
+    key_columns: tuple[str, ...]
+    staged: StagedRows
+    dropped_keys: pa.Table
+    position: Position
+    truncated: bool
+    source: Source | None = None
+    ts_ms: int = 0
+
+    @property
+    def selected(self) -> int:
+        return self.staged.selected
+
+    @property
+    def last_key(self) -> Key | None:
+        return self.staged.last_key
+
+    @property
+    def dropped(self) -> int:
+        """Keys the log dropped in the window (some may lie outside the chunk's range)."""
+        count: int = self.dropped_keys.num_rows
+        return count
+
+    def __len__(self) -> int:
+        """Rows read; the survivors are known where they are landed."""
+        return 0 if self.truncated else self.staged.selected
+
+    def stamped(
+        self, close_source: Source, ts_ms: int, convert: RowConvert | None
+    ) -> StagedReadBatch:
+        """As ``ReadBatch.stamped`` (``convert`` is not needed: the readers wrote the landed
+        columns)."""
+        template = replace(close_source, table=self.table, snapshot=SnapshotMarker.INCREMENTAL)
+        return replace(self, source=template, ts_ms=ts_ms)
+
+    @property
+    def template(self) -> Source:
+        if self.source is None:
+            raise WindowOrderError(f"READ batch of window {self.window_id} was never stamped")
+        return self.source
+
+
 class ChunkWindow:
     def __init__(self, window_id: str, table: TableId, key_columns: Sequence[str]) -> None:
         if not key_columns:
@@ -198,6 +270,7 @@ class ChunkWindow:
         self.phase = WindowPhase.REGISTERED
         self.opened_at: Position | None = None
         self._rows: pa.Table | None = None
+        self._staged: StagedRows | None = None  # a chunk read elsewhere (fill_staged)
         self._dropped: set[Key] = set()
         self._truncated = False
         self.visibility: ReadVisibility | None = None
@@ -224,13 +297,13 @@ class ChunkWindow:
             return Verdict.BLOCKING, "a close row the engine did not write, before its own"
         if self.phase is not WindowPhase.OPEN:
             return Verdict.BLOCKING, "the window's own close row came before its open row"
-        if self._rows is None:
+        if not self.filled:
             return Verdict.BLOCKING, "the window's own close row came before its chunk rows"
         return Verdict.OWN, ""
 
     @property
     def filled(self) -> bool:
-        return self._rows is not None
+        return self._rows is not None or self._staged is not None
 
     def open(self, position: Position) -> None:
         """The open (low) watermark was seen in the log at ``position``."""
@@ -243,18 +316,31 @@ class ChunkWindow:
         """The chunk SELECT's complete result, in key order, and what its snapshot could not
         see (kept for the close, where ``core.visibility`` decides what else is stale). The
         rows stay Arrow: nothing is converted per row, on any thread."""
-        if self._rows is not None:
+        self._check_fill()
+        missing = [c for c in self.key_columns if c not in rows.column_names]
+        if missing:
+            raise ValueError(f"chunk of {self.table} lacks key columns {missing}")
+        self.visibility = visibility
+        self._rows = rows
+
+    def fill_staged(self, staged: StagedRows, visibility: ReadVisibility | None = None) -> None:
+        """``fill`` for a chunk read elsewhere: the rows stay in the readers' files;
+        ``visibility`` must miss every transaction any of the reads' snapshots missed."""
+        self._check_fill()
+        missing = [c for c in self.key_columns if c not in staged.key_types.names]
+        if missing:
+            raise ValueError(f"staged chunk of {self.table} lacks key columns {missing}")
+        self.visibility = visibility
+        self._staged = staged
+
+    def _check_fill(self) -> None:
+        if self.filled:
             raise WindowOrderError(f"window {self.window_id} got a second chunk")
         if self.phase is WindowPhase.CLOSED:
             raise WindowOrderError(
                 f"window {self.window_id}: chunk rows arrived after the close watermark; the "
                 "buffer must be complete before the close watermark is written"
             )
-        missing = [c for c in self.key_columns if c not in rows.column_names]
-        if missing:
-            raise ValueError(f"chunk of {self.table} lacks key columns {missing}")
-        self.visibility = visibility
-        self._rows = rows
 
     def observe(self, event: ChangeEvent) -> bool:
         """Feed a log event of this window's table; returns whether it fell inside the window.
@@ -318,20 +404,34 @@ class ChunkWindow:
             raise WindowKeyError(f"{self.table}: an {event.op.value!r} log event has no row")
         return keys
 
-    def close(self, position: Position) -> ReadBatch:
+    def close(self, position: Position) -> ReadBatch | StagedReadBatch:
         """The close (high) watermark was seen at ``position``: emit the survivors."""
         if self.phase is not WindowPhase.OPEN:
             raise WindowOrderError(
                 f"window {self.window_id}: close watermark seen while {self.phase.value}; the "
                 "open watermark must come first"
             )
-        if self._rows is None:
+        if not self.filled:
             raise WindowOrderError(
                 f"window {self.window_id}: close watermark seen before the chunk rows arrived; "
                 "the buffer must be complete before the close watermark is written"
             )
         self.phase = WindowPhase.CLOSED
+        if self._staged is not None:
+            staged = self._staged
+            dropped = self._key_table(self._dropped, staged.key_types)
+            self._dropped.clear()
+            return StagedReadBatch(
+                window_id=self.window_id,
+                table=self.table,
+                key_columns=self.key_columns,
+                staged=staged,
+                dropped_keys=dropped,
+                position=position,
+                truncated=self._truncated,
+            )
         rows = self._rows
+        assert rows is not None
         last_key = (
             tuple(rows.column(c)[rows.num_rows - 1].as_py() for c in self.key_columns)
             if rows.num_rows
@@ -357,10 +457,19 @@ class ChunkWindow:
 
     def _kept(self, rows: pa.Table) -> pa.Array:
         """Indices of ``rows`` whose key was not dropped, in one anti-join, in chunk order."""
-        dropped = list(self._dropped)
+        keys = rows.select(list(self.key_columns)).append_column(
+            _ROW_INDEX, pa.array(range(rows.num_rows), type=pa.int64())
+        )
+        dropped = self._key_table(self._dropped, rows.schema)
+        kept = keys.join(dropped, keys=list(self.key_columns), join_type="left anti")
+        return kept.column(_ROW_INDEX).combine_chunks().sort()
+
+    def _key_table(self, keys: set[Key], types: pa.Schema) -> pa.Table:
+        """``keys`` as a table of the key columns, typed as in ``types`` (the chunk's)."""
+        dropped = list(keys)
         columns = {}
         for i, name in enumerate(self.key_columns):
-            arrow_type = rows.schema.field(name).type
+            arrow_type = types.field(name).type
             values = [k[i] for k in dropped]
             try:
                 columns[name] = pa.array(values, type=arrow_type)
@@ -370,11 +479,7 @@ class ChunkWindow:
                     f"chunk's Arrow type {arrow_type}: {_first_misfit(values, arrow_type)}; "
                     "the chunk reader and the log reader must produce the same value types"
                 ) from exc
-        keys = rows.select(list(self.key_columns)).append_column(
-            _ROW_INDEX, pa.array(range(rows.num_rows), type=pa.int64())
-        )
-        kept = keys.join(pa.table(columns), keys=list(self.key_columns), join_type="left anti")
-        return kept.column(_ROW_INDEX).combine_chunks().sort()
+        return pa.table(columns)
 
 
 def _first_misfit(values: Sequence[object], arrow_type: pa.DataType) -> str:

@@ -37,7 +37,7 @@ from snapshotter.core.keys import Key
 from snapshotter.core.position import Position
 from snapshotter.core.state import EngineState, SignalProblem, SnapshotStatus
 from snapshotter.core.visibility import RecentTransactions
-from snapshotter.core.window import WindowOrderError
+from snapshotter.core.window import StagedReadBatch, WindowOrderError
 from snapshotter.engine.caught_up import CaughtUp
 from snapshotter.engine.checkpointer import Checkpointer
 from snapshotter.engine.key_catalog import KeyCatalog
@@ -53,6 +53,7 @@ from snapshotter.engine.workers import (
     ChunkTask,
     ChunkWorkers,
     PhaseHooks,
+    RemoteReads,
     StartWorkers,
     WorkerPool,
 )
@@ -96,6 +97,7 @@ class Engine:
         sleep: Callable[[float], None] = time.sleep,
         start_workers: StartWorkers | None = None,
         new_window_id: Callable[[], str] | None = None,
+        remote_reads: RemoteReads | None = None,
     ) -> None:
         """``keys``: the catalog the sinks ask for key names (a new one if None).
         ``clock`` and ``sleep``: every time read and wait of the engine (a simulation passes
@@ -129,6 +131,7 @@ class Engine:
             chunk_size=source.chunk_size,
             parallelism=self._parallelism,
             new_window_id=new_window_id or random_window_id,
+            remote=remote_reads,
         )
         self._keys = keys if keys is not None else KeyCatalog(dialect.describe, self._signal_table)
         self._keys.remember_surrogates(self.state.snapshots)
@@ -571,8 +574,9 @@ class Engine:
         for done in run.plan.closed(
             window.window_id,
             selected=batch.selected,
-            emitted=batch.rows.num_rows,
+            emitted=len(batch),
             last_key=batch.last_key,
+            covered=batch.staged.covered if isinstance(batch, StagedReadBatch) else None,
         ):
             progress.chunk_done(
                 last_key=done.last_key,
@@ -586,7 +590,7 @@ class Engine:
             "chunk %d of %s: close watermark seen, %d emitted, %d dropped by the log",
             task.number,
             task.table,
-            batch.rows.num_rows,
+            len(batch),
             batch.dropped,
         )
         now = self._clock()

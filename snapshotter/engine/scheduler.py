@@ -20,7 +20,7 @@ from signals.names import TableId
 from snapshotter.core.spans import SpanPlan, SpanRead
 from snapshotter.core.state import SnapshotStatus, TableProgress
 from snapshotter.core.window import ChunkWindow
-from snapshotter.engine.workers import ChunkTask, StartTask, Task
+from snapshotter.engine.workers import ChunkTask, RemoteReads, StartTask, Task
 from snapshotter.sources.base import TableSchema
 
 # Windows waiting for their close watermark in the log, or being read: this many, or one
@@ -66,8 +66,12 @@ class Scheduler:
         chunk_size: int,
         parallelism: int,
         new_window_id: Callable[[], str] = random_window_id,
+        remote: RemoteReads | None = None,
     ) -> None:
-        self._chunk_size = chunk_size
+        """``remote``: windows are read elsewhere, each cut into ``remote.tasks`` sub-ranges
+        of ``chunk_size`` rows; a window then spans that many times ``chunk_size``."""
+        self._remote = remote
+        self._chunk_size = chunk_size * (remote.tasks if remote is not None else 1)
         self._parallelism = parallelism
         self.windows_in_flight = max(WINDOWS_IN_FLIGHT, parallelism + 1)
         self._new_window_id = new_window_id
@@ -176,7 +180,8 @@ class Scheduler:
                 progress.chunk_id + 1,
                 progress.max_key,
                 self._chunk_size,
-                bound_ahead=self._parallelism > 1,
+                # A remote read cuts its range by bounds, so it needs the range's end first.
+                bound_ahead=self._parallelism > 1 or self._remote is not None,
                 max_ahead=SPANS_AHEAD_PER_WINDOW * self.windows_in_flight,
             )
         window_id = self._new_window_id()
@@ -196,6 +201,7 @@ class Scheduler:
             condition=progress.filter,
             limit=self._chunk_size,
             read=span.read,
+            remote=self._remote,
         )
         # Rule 1: register the window before the worker writes its open watermark.
         self._windows[window_id] = Flight(task)

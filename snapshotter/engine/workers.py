@@ -31,7 +31,7 @@ from snapshotter.common.faults import failpoint
 from snapshotter.core.keys import Key
 from snapshotter.core.spans import SpanRead, range_read_limit
 from snapshotter.core.visibility import ReadVisibility
-from snapshotter.core.window import ChunkWindow
+from snapshotter.core.window import ChunkWindow, StagedRows
 from snapshotter.engine.signal_cleanup import WatermarkCleanup
 from snapshotter.sources.base import ChunkSpec, Dialect, ReadCancelled, TableSchema, error_chain
 
@@ -73,8 +73,11 @@ class ChunkTask:
     # OPEN, BOUND: the maximum key; CLOSED: the end of the key range (``core.spans``).
     upto: Key
     condition: str | None
-    limit: int  # chunk_size
+    limit: int  # chunk_size (with ``remote``: the window's, every sub-range's times their count)
     read: SpanRead = SpanRead.OPEN
+    # Read elsewhere (Spark tasks on executors, ``[snapshot] executors``): the window's key
+    # range is split into sub-ranges of ``limit / remote.tasks`` rows, read at once.
+    remote: RemoteReads | None = None
 
     @property
     def read_limit(self) -> int:
@@ -108,6 +111,29 @@ class ChunkRead:
     selected: int
     last_key: Key | None
     visibility: ReadVisibility | None
+
+
+@dataclass(frozen=True)
+class RemoteChunk:
+    """A window's rows as readers elsewhere left them, and what their snapshots missed."""
+
+    staged: StagedRows
+    visibility: ReadVisibility | None
+
+
+class RemoteReads(Protocol):
+    """Reads a window's key sub-ranges elsewhere, each in a READ ONLY transaction of its own
+    that begins when ``read`` is called and ends before it returns (``engine.executor_reads``:
+    Spark tasks on executors)."""
+
+    tasks: int  # sub-ranges per window
+
+    def read(
+        self, spec: ChunkSpec, ranges: Sequence[tuple[Key | None, Key]], window_id: str
+    ) -> RemoteChunk:
+        """Read ``(after, upto]`` of each of ``ranges`` (``spec`` says the rest: table, key,
+        filter, each read's row limit)."""
+        ...
 
 
 @dataclass
@@ -296,6 +322,8 @@ def _read_chunk(
         final = bound is None or bound == task.upto
         upto = task.upto if bound is None else bound
         send(ChunkBounded(task, upto, final))
+    if task.remote is not None:
+        return _read_remote(dialect, hooks, task, upto, task.remote)
     # Rule 1: the window was registered by the engine before this task was submitted, so
     # its id is known before the open watermark exists; the log reader can never see a
     # watermark the engine cannot place.
@@ -321,6 +349,46 @@ def _read_chunk(
     dialect.write_watermark(window.watermark(WatermarkKind.CLOSE))
     _run(hooks.after_close, task)
     return ChunkRead(task, chunk.rows.num_rows, chunk.last_key, chunk.visibility)
+
+
+def _read_remote(
+    dialect: Dialect, hooks: PhaseHooks, task: ChunkTask, upto: Key, remote: RemoteReads
+) -> ChunkRead:
+    """``_read_chunk`` for a window read elsewhere: its range ``(after, upto]`` cut into
+    sub-ranges of about ``limit / remote.tasks`` rows each (bounds found on the key's index,
+    before the open watermark: bounds are key values, so the sub-ranges partition the range
+    whatever changes meanwhile, as spans do, core.spans 1.), then read at once by the remote
+    readers between the watermarks. The same rules as ``_read_chunk``; every sub-range read
+    begins after the open watermark committed and has ended when ``remote.read`` returns."""
+    window = task.window
+    each = max(1, task.limit // remote.tasks)
+    ranges: list[tuple[Key | None, Key]] = []
+    after = task.after
+    while len(ranges) < remote.tasks - 1:
+        bound = dialect.chunk_bound(
+            ChunkSpec(task.schema, window.key_columns, after, upto, task.condition, each)
+        )
+        if bound is None or bound == upto:
+            break
+        ranges.append((after, bound))
+        after = bound
+    ranges.append((after, upto))
+    _run(hooks.before_open, task)  # Rule 1, as in _read_chunk
+    dialect.write_watermark(window.watermark(WatermarkKind.OPEN))
+    failpoint("watermark.open")
+    _run(hooks.after_open, task)
+    # Rule 2: each sub-range in its own READ ONLY transaction on a remote reader, begun
+    # after the open watermark committed, ended before read returns.
+    spec = ChunkSpec(
+        task.schema, window.key_columns, task.after, upto, task.condition, range_read_limit(each)
+    )
+    chunk = remote.read(spec, ranges, window.window_id)
+    # Rule 3: the window knows its rows (where they are) before the close watermark.
+    window.fill_staged(chunk.staged, chunk.visibility)
+    _run(hooks.after_read, task)
+    dialect.write_watermark(window.watermark(WatermarkKind.CLOSE))
+    _run(hooks.after_close, task)
+    return ChunkRead(task, chunk.staged.selected, chunk.staged.last_key, chunk.visibility)
 
 
 class WorkerPool(Protocol):

@@ -14,18 +14,30 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from snapshotter.core.events import ChangeEvent
-from snapshotter.core.window import ReadBatch
+from snapshotter.core.window import ReadBatch, StagedReadBatch
 
 # What the engine hands a sink, in log order: log events one by one, and each chunk's READ
-# rows as one columnar batch (at its close watermark's place in the log).
-SinkItem = ChangeEvent | ReadBatch
+# rows as one columnar batch (at its close watermark's place in the log), or, for chunks
+# read on Spark executors (``[snapshot] executors``), where those rows are (spark sink only).
+SinkItem = ChangeEvent | ReadBatch | StagedReadBatch
+
+
+def in_process(item: SinkItem) -> ChangeEvent | ReadBatch:
+    """``item``, which a sink that is not Spark's can write; configuration keeps chunks
+    read on executors away from them, so meeting one here is a bug."""
+    if isinstance(item, StagedReadBatch):
+        raise TypeError(
+            f"READ rows of {item.table} read on Spark executors reached a sink that is not "
+            'Spark\'s; [snapshot] executors needs [sink] kind = "spark"'
+        )
+    return item
 
 
 def expand(items: Sequence[SinkItem]) -> list[ChangeEvent]:
     """The items as per-row events (READ batches built into ``op: "r"`` events), for a sink
     that writes rows one at a time."""
     out: list[ChangeEvent] = []
-    for item in items:
+    for item in map(in_process, items):
         if isinstance(item, ReadBatch):
             out.extend(item.events())
         else:

@@ -9,7 +9,7 @@ from typing import Any
 
 from snapshotter.core.events import Op
 from snapshotter.core.window import ReadBatch
-from snapshotter.sinks.base import Ack, SinkItem
+from snapshotter.sinks.base import Ack, SinkItem, in_process
 
 
 class CountingSink:
@@ -28,7 +28,7 @@ class CountingSink:
         pass  # nothing kept, so nothing to cut back
 
     def write(self, items: Sequence[SinkItem]) -> None:
-        for item in items:
+        for item in map(in_process, items):
             if isinstance(item, ReadBatch):
                 self.counts[Op.READ] += item.rows.num_rows
             else:

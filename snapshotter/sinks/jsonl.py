@@ -33,7 +33,7 @@ from snapshotter.common.errors import disk_error
 from snapshotter.core.events import ChangeEvent
 from snapshotter.core.window import ReadBatch
 from snapshotter.sinks import batch_json
-from snapshotter.sinks.base import Ack, SinkItem
+from snapshotter.sinks.base import Ack, SinkItem, in_process
 from snapshotter.sinks.encoding import (
     KeyMismatchError,
     encode_json,
@@ -114,7 +114,7 @@ class JsonlSink:
         names: dict[TableId, tuple[str, ...]] = {}
         chunks: list[bytes] = []
         lines: list[str] = []  # log events' lines not yet in chunks
-        for item in items:
+        for item in map(in_process, items):
             if isinstance(item, ReadBatch):
                 if not len(item):
                     continue

@@ -95,6 +95,7 @@ class Capture:
     # spark: where Spark runs: a master URL (local[2] by default, or spark://...: the
     # standalone cluster of scripts/services up spark) or a Spark Connect URL (sc://...)
     spark: str = ""
+    executors: int = 0  # [snapshot] executors: chunks read on Spark executors (spark sink)
 
     def __post_init__(self) -> None:
         tag = uuid.uuid4().hex[:10]
@@ -125,6 +126,9 @@ chunk_size = {self.chunk_size}
 [state]
 dir = "state"
 {self.state_config}
+
+[snapshot]
+executors = {self.executors}
 """.replace("'", '"'),
             encoding="utf-8",
         )

@@ -833,11 +833,13 @@ def test_the_spark_sink_converges_under_a_concurrent_random_writer(
     spark_converges(source, scenario)
 
 
-def spark_converges(source: Source, scenario: str, spark: str = "") -> None:
+def spark_converges(source: Source, scenario: str, spark: str = "", executors: int = 0) -> None:
     """``scenario`` snapshotted under the random writer into the spark sink on ``spark`` (a
-    master or Spark Connect URL; unset: local mode), landed state checked against the table."""
+    master or Spark Connect URL; unset: local mode), landed state checked against the table.
+    ``executors``: chunks read on Spark executors, each window in that many sub-ranges."""
     timer = Timer()
-    cap = source.capture(chunk_size=CHUNK, sink="spark", spark=spark)
+    chunk = CHUNK // executors if executors else CHUNK
+    cap = source.capture(chunk_size=chunk, sink="spark", spark=spark, executors=executors)
     table, _, pacer = snapshot_under_writer(source, cap, scenario, timer, timeout=240)
     verdict = cap.verify_landed(table.name)
     assert verdict.ok, verdict.render()
@@ -854,7 +856,8 @@ def spark_converges(source: Source, scenario: str, spark: str = "") -> None:
     changelog = cap.lander().changelog(cap.table_id(table.name))
     counts = {r["__op"]: r["count"] for r in changelog.groupBy("__op").count().collect()}
     print(
-        f"\n{source.name}/{scenario} (spark {spark or 'local'}): {timer}; {len(expected)} rows; "
+        f"\n{source.name}/{scenario} (spark {spark or 'local'}, executors {executors}): {timer}; "
+        f"{len(expected)} rows; "
         f"writer "
         f"{pacer.during} changes during the snapshot; changelog {counts}"
     )

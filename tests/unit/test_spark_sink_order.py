@@ -126,7 +126,7 @@ def test_no_leftovers_no_waiting(tmp_path: Path) -> None:
 
 def test_a_staging_directory_on_a_full_disk_is_named(tmp_path: Path) -> None:
     class FullStaging(StagingArea):
-        def stage(self, seq: int, tables: Any) -> StagedBatch:
+        def stage(self, seq: int, tables: Any, written: Any = None) -> StagedBatch:
             raise OSError(28, "No space left on device")
 
     staging = FullStaging(tmp_path / "staging")

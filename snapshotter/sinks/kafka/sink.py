@@ -45,7 +45,7 @@ from snapshotter.core.events import ChangeEvent, Op
 from snapshotter.core.values import UNAVAILABLE_VALUE, RawJson
 from snapshotter.core.window import ReadBatch
 from snapshotter.sinks import batch_json
-from snapshotter.sinks.base import Ack, SinkItem
+from snapshotter.sinks.base import Ack, SinkItem, in_process
 from snapshotter.sinks.encoding import KeyMismatchError, encode_key, encode_value
 from snapshotter.sinks.kafka import connect_schema
 from snapshotter.sinks.kafka.clients import (
@@ -216,7 +216,7 @@ class KafkaSink:
             raise KafkaSinkError("the Kafka sink is not open")
         names: dict[TableId, tuple[str, ...]] = {}
         messages: list[Message] = []
-        for item in items:
+        for item in map(in_process, items):
             if isinstance(item, ReadBatch):
                 if len(item):
                     messages.extend(self._batch_messages(item, names))

@@ -345,6 +345,15 @@ class Lander:
         # batches wholly appended, and no tail is read or compacted for them.
         whole = meta.tail_rows == 0 and meta.covered == (meta.landed_through or None)
         for seq, part in parts:
+            if part.file.is_dir():
+                # READ rows read on executors, staged by Spark: landed by Spark too, so they
+                # never pass through this process; the base gets them at a compaction.
+                self.spark.read.parquet(str(part.file)).drop(BATCH).write.mode("overwrite").parquet(
+                    f"{self.table_path(table)}/changelog/{BATCH}={seq}"
+                )
+                self._known.pop(table, None)
+                whole = False
+                continue
             rows = pq.read_table(part.file)
             replace_partition(
                 self._fs,

@@ -39,9 +39,12 @@ from __future__ import annotations
 
 import logging
 import queue
+import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -50,12 +53,14 @@ from signals.names import TableId
 from snapshotter.common.errors import disk_error, is_disk_full
 from snapshotter.config import Config
 from snapshotter.core.events import ChangeEvent
-from snapshotter.core.window import ReadBatch
+from snapshotter.core.window import ReadBatch, StagedReadBatch
 from snapshotter.sinks.base import Ack, SinkItem
 from snapshotter.sinks.spark.lander import Landed, Lander, LandingError, landed_tables
+from snapshotter.sinks.spark.remote_reads import write_remote_reads
 from snapshotter.sinks.spark.staging import StagedBatch, StagingArea
 from snapshotter.sinks.spark.types import (
     events_to_landed,
+    landed_schema,
     read_batch_to_landed,
     read_batch_unknown_columns,
     unknown_columns,
@@ -77,7 +82,7 @@ STAGE_AHEAD = 2
 
 # A table's part of the next staged batch, in log order: runs of log events (built into
 # Arrow row by row) and READ batches (Arrow already, cast column-wise).
-Piece = list[ChangeEvent] | ReadBatch
+Piece = list[ChangeEvent] | ReadBatch | StagedReadBatch
 # A table's part of one checkpoint: its pieces and its key columns (asked on the engine thread,
 # which owns the key bookkeeping).
 Staging = tuple[list[Piece], Sequence[str] | None]
@@ -98,7 +103,11 @@ class SparkSink:
         max_staged_bytes: int,
         root: str,
         fmt: str,
+        spark: Callable[[], Any] | None = None,
     ) -> None:
+        """``spark``: the Spark session, for READ rows read on executors
+        (``StagedReadBatch``), which are staged by Spark."""
+        self._spark = spark
         self._staging = staging
         self._open_lander = open_lander
         self._describe = describe
@@ -138,10 +147,13 @@ class SparkSink:
     ) -> SparkSink:
         sink = config.sink
 
-        def open_lander() -> Lander:
+        def session() -> Any:
             from snapshotter.sinks.spark.session import spark_session
 
-            spark = spark_session(config.spark, delta=sink.format == "delta")
+            return spark_session(config.spark, delta=sink.format == "delta")
+
+        def open_lander() -> Lander:
+            spark = session()
             return Lander(
                 spark,
                 sink.path,
@@ -158,6 +170,7 @@ class SparkSink:
             max_staged_bytes=sink.max_staged_mb * 1024 * 1024,
             root=sink.path,
             fmt=sink.format,
+            spark=session,
         )
 
     # ------------------------------------------------------------------ Sink protocol
@@ -204,8 +217,8 @@ class SparkSink:
         self._check()
         pending = self._pending
         for item in items:
-            if isinstance(item, ReadBatch):
-                if item.rows.num_rows:  # a chunk the log emptied lands nothing
+            if isinstance(item, ReadBatch | StagedReadBatch):
+                if len(item):  # a chunk the log emptied lands nothing
                     pending.setdefault(item.table, []).append(item)
                 continue
             pieces = pending.get(item.table)
@@ -320,6 +333,7 @@ class SparkSink:
         """On the stager thread: one staged batch of a checkpoint's rows."""
         seq = self._seq + 1
         tables: list[tuple[TableId, Sequence[str], pa.Table]] = []
+        written: dict[TableId, Callable[[str], None]] = {}
         for table, (pieces, keys) in work.items():
             if not keys:
                 raise SparkSinkError(f"no key columns known for {table}: cannot land it")
@@ -329,12 +343,23 @@ class SparkSink:
                 if isinstance(piece, ReadBatch)
                 else events_to_landed(schema, keys, piece, seq)
                 for piece in pieces
+                if not isinstance(piece, StagedReadBatch)
             ]
+            remote = [piece for piece in pieces if isinstance(piece, StagedReadBatch)]
+            if remote:
+                # Rows read on executors: Spark applies the windows' drops where they are and
+                # writes the landed rows into the staged batch; they never come here.
+                written[table] = partial(self._write_remote, schema, remote, seq)
             # In log order: the lander keeps per key the row of the highest position anyway,
             # but the changelog keeps the order it was given.
-            tables.append((table, keys, parts[0] if len(parts) == 1 else pa.concat_tables(parts)))
+            data = (
+                (pa.concat_tables(parts) if len(parts) != 1 else parts[0])
+                if parts
+                else landed_schema(schema).empty_table()
+            )
+            tables.append((table, keys, data))
         try:
-            batch = self._staging.stage(seq, tables)
+            batch = self._staging.stage(seq, tables, written)
         except OSError as exc:  # nothing was recorded: the log replays these events
             where = self._staging.directory
             raise SparkSinkError(
@@ -344,11 +369,23 @@ class SparkSink:
         now = time.monotonic()
         with self._cond:
             for table, (pieces, _) in work.items():
-                if any(isinstance(piece, ReadBatch) for piece in pieces):
+                if any(isinstance(piece, ReadBatch | StagedReadBatch) for piece in pieces):
                     self._read_at[table] = now
             self._queue.append(batch)
             self._staged_bytes += batch.bytes
             self._cond.notify_all()
+
+    def _write_remote(
+        self, schema: TableSchema, batches: Sequence[StagedReadBatch], seq: int, target: str
+    ) -> None:
+        if self._spark is None:
+            raise SparkSinkError("READ rows read on executors need the sink's Spark session")
+        write_remote_reads(self._spark(), schema, batches, seq, target)
+        for batch in batches:  # staged now: the executors' files are no longer needed
+            for name in batch.staged.files:
+                Path(name).unlink(missing_ok=True)
+            if batch.staged.files:
+                shutil.rmtree(Path(batch.staged.files[0]).parent, ignore_errors=True)
 
     def _wait_for_room(self) -> None:
         with self._cond:
@@ -541,6 +578,8 @@ def _unknown_columns(schema: TableSchema, pieces: Sequence[Piece]) -> set[str]:
     for piece in pieces:
         if isinstance(piece, ReadBatch):
             unknown |= read_batch_unknown_columns(schema, piece)
+        elif isinstance(piece, StagedReadBatch):
+            continue  # read with the schema the engine described
         else:
             unknown |= unknown_columns(schema, piece)
     return unknown

@@ -290,11 +290,7 @@ def read_batch_to_landed(schema: TableSchema, batch: ReadBatch, seq: int) -> pa.
     unavailable values (they come from a SELECT)."""
     rows = batch.rows
     count = rows.num_rows
-    table = str(schema.table)
-    arrays = [
-        _landed_array(table, column, _read_column(table, column, rows))
-        for column in landed_columns(schema)
-    ]
+    arrays = read_rows_to_landed_data(schema, rows)
     meta = [
         pa.repeat(pa.scalar(Op.READ.value, pa.string()), count),
         batch.position_tokens(),
@@ -304,6 +300,17 @@ def read_batch_to_landed(schema: TableSchema, batch: ReadBatch, seq: int) -> pa.
         pa.repeat(pa.scalar(seq, pa.int64()), count),
     ]
     return pa.Table.from_arrays([*arrays, *meta], schema=landed_schema(schema))
+
+
+def read_rows_to_landed_data(schema: TableSchema, rows: pa.Table) -> list[pa.Array]:
+    """Chunk rows (Arrow storage values) as the landed data columns, column-wise: what
+    ``read_batch_to_landed`` lands, without the meta columns (a chunk read on an executor
+    lands them at its close, ``sinks.spark.remote_reads``)."""
+    table = str(schema.table)
+    return [
+        _landed_array(table, column, _read_column(table, column, rows))
+        for column in landed_columns(schema)
+    ]
 
 
 def read_batch_unknown_columns(schema: TableSchema, batch: ReadBatch) -> set[str]:
