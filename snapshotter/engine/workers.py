@@ -121,6 +121,11 @@ class RemoteChunk:
     visibility: ReadVisibility | None
 
 
+class RemoteReadFailed(RuntimeError):
+    """A window's remote read failed (an executor lost, the source unreachable from it...):
+    the window is read again, as after a lost connection, within the engine's retry bound."""
+
+
 class RemoteReads(Protocol):
     """Reads a window's key sub-ranges elsewhere, each in a READ ONLY transaction of its own
     that begins when ``read`` is called and ends before it returns (``engine.executor_reads``:
@@ -275,7 +280,7 @@ def run_task(
         log.debug("task for %s failed", task.table, exc_info=True)
         if any(isinstance(e, ReadCancelled) for e in error_chain(exc)):
             send(TaskFailed(task, _describe(exc), cancelled=True))
-        elif _transient(dialect, exc):
+        elif isinstance(exc, RemoteReadFailed) or _transient(dialect, exc):
             # The driver's own words ("connection refused"), without SQLAlchemy's
             # wrapping: the engine logs this on every retry.
             cause = getattr(exc, "orig", None)
@@ -382,7 +387,14 @@ def _read_remote(
     spec = ChunkSpec(
         task.schema, window.key_columns, task.after, upto, task.condition, range_read_limit(each)
     )
-    chunk = remote.read(spec, ranges, window.window_id)
+    try:
+        chunk = remote.read(spec, ranges, window.window_id)
+    except Exception as exc:
+        lines = str(exc).strip().splitlines()
+        raise RemoteReadFailed(
+            f"reading {len(ranges)} sub-ranges of {task.table} on Spark executors failed: "
+            f"{lines[0] if lines else type(exc).__name__}"
+        ) from exc
     # Rule 3: the window knows its rows (where they are) before the close watermark.
     window.fill_staged(chunk.staged, chunk.visibility)
     _run(hooks.after_read, task)
