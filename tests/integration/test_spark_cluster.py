@@ -37,3 +37,18 @@ def test_landing_through_spark_connect_converges(
     source: Source, scenario: str, spark_remote: str
 ) -> None:
     spark_converges(source, scenario, spark=spark_remote)
+
+
+def test_a_process_moves_between_spark_connect_and_local_mode(spark_remote: str) -> None:
+    """One process, one Spark at a time: a local session after a Spark Connect one (PySpark
+    marks a process that used Connect as Connect-only; the session module undoes that), and
+    back. Tests and benches move between them; a CI run once failed every later local-mode
+    test after the Connect tests."""
+    from snapshotter.config import SparkConfig
+    from snapshotter.sinks.spark.session import spark_session
+
+    assert spark_session(SparkConfig(remote=spark_remote)).range(10).count() == 10
+    local = spark_session(SparkConfig(master="local[1]"))
+    assert local.range(7).count() == 7 and hasattr(local, "sparkContext")
+    assert spark_session(SparkConfig(remote=spark_remote)).range(5).count() == 5
+    assert spark_session(SparkConfig(master="local[2]")).range(3).count() == 3

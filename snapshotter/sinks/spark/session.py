@@ -95,6 +95,7 @@ def spark_session(config: SparkConfig, *, delta: bool = False) -> SparkSession:
             log.info("stopping the Spark session on %s for one on %s", _where, where)
             _session.stop()
             _session = None
+            _forget_connect()
         if _session is not None:
             if delta and not _with_delta:
                 raise RuntimeError(
@@ -146,6 +147,16 @@ def spark_session(config: SparkConfig, *, delta: bool = False) -> SparkSession:
         session.sparkContext.setLogLevel("WARN")
         _session, _with_delta, _where = session, delta, where
         return session
+
+
+def _forget_connect() -> None:
+    """PySpark marks a process that made a Spark Connect session as Connect-only (an
+    environment variable, and the builder's options, which outlive the session): undone
+    when that session is gone, so a classic session can follow."""
+    from pyspark.sql import SparkSession
+
+    os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+    SparkSession.builder._options.pop("spark.remote", None)
 
 
 def _where_of(config: SparkConfig) -> str:
