@@ -134,8 +134,10 @@ it or set SNAPSHOTTER_STANDALONE_PORT / SNAPSHOTTER_STANDALONE_UI_PORT"
     port_taken "$SC_PORT" && die "port $SC_PORT is in use by a server this script did not start; \
 stop it or set SNAPSHOTTER_CONNECT_PORT"
     say "services: starting a Spark Connect server on 127.0.0.1:$SC_PORT (its applications run on the cluster)"
-    # Executors only while it has work (dynamic allocation, idle ones go after 15 s), so the
-    # Connect server does not hold the cluster's two cores from other applications.
+    # Executors only while it has work (dynamic allocation: idle ones go after 15 s, and
+    # ones holding shuffle or cached data after 30 s; without those two timeouts they stay
+    # forever), so the Connect server does not hold the cluster's two cores from other
+    # applications (the engine's own, in cluster mode).
     # Its driver is an application, not a daemon: SPARK_DAEMON_MEMORY must not size it (Spark
     # refuses a driver under 450 MB).
     spark_start connect env -u SPARK_DAEMON_MEMORY "$home/bin/spark-submit" \
@@ -150,6 +152,8 @@ stop it or set SNAPSHOTTER_CONNECT_PORT"
       --conf spark.dynamicAllocation.shuffleTracking.enabled=true \
       --conf spark.dynamicAllocation.minExecutors=0 \
       --conf spark.dynamicAllocation.executorIdleTimeout=15s \
+      --conf spark.dynamicAllocation.shuffleTracking.timeout=30s \
+      --conf spark.dynamicAllocation.cachedExecutorIdleTimeout=30s \
       --conf spark.sql.session.timeZone=UTC \
       --conf "spark.pyspark.python=$PYSPARK_PYTHON" \
       spark-internal

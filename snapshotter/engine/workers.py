@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -122,8 +123,24 @@ class RemoteChunk:
 
 
 class RemoteReadFailed(RuntimeError):
-    """A window's remote read failed (an executor lost, the source unreachable from it...):
-    the window is read again, as after a lost connection, within the engine's retry bound."""
+    """A window's remote read failed after Spark's own task retries (snapshotter missing on
+    the executors, the source unreachable from them...): the table's snapshot fails with
+    the reason, as after any other chunk read error."""
+
+
+_ERROR_LINE = re.compile(r"^\s*(\w+\.)*\w*(Error|Exception)\b.*$", re.MULTILINE)
+
+
+def _cause_line(exc: BaseException) -> str:
+    """The line of a Spark job's error that names the cause: the last ``...Error: ...``
+    (a Python worker's traceback ends with it), else the first line."""
+    text = str(exc).strip()
+    found = [m.group(0).strip() for m in _ERROR_LINE.finditer(text)]
+    found = [line for line in found if ":" in line] or found
+    if found:
+        return found[-1][:300]
+    lines = text.splitlines()
+    return lines[0][:300] if lines else type(exc).__name__
 
 
 class RemoteReads(Protocol):
@@ -280,7 +297,7 @@ def run_task(
         log.debug("task for %s failed", task.table, exc_info=True)
         if any(isinstance(e, ReadCancelled) for e in error_chain(exc)):
             send(TaskFailed(task, _describe(exc), cancelled=True))
-        elif isinstance(exc, RemoteReadFailed) or _transient(dialect, exc):
+        elif not isinstance(exc, RemoteReadFailed) and _transient(dialect, exc):
             # The driver's own words ("connection refused"), without SQLAlchemy's
             # wrapping: the engine logs this on every retry.
             cause = getattr(exc, "orig", None)
@@ -390,10 +407,11 @@ def _read_remote(
     try:
         chunk = remote.read(spec, ranges, window.window_id)
     except Exception as exc:
-        lines = str(exc).strip().splitlines()
         raise RemoteReadFailed(
-            f"reading {len(ranges)} sub-ranges of {task.table} on Spark executors failed: "
-            f"{lines[0] if lines else type(exc).__name__}"
+            f"reading {len(ranges)} sub-ranges of {task.table} on Spark executors failed "
+            f"(after Spark's own task retries): {_cause_line(exc)}; the executors need "
+            "snapshotter installed in their Python (spark.pyspark.python) and the source "
+            "reachable from them"
         ) from exc
     # Rule 3: the window knows its rows (where they are) before the close watermark.
     window.fill_staged(chunk.staged, chunk.visibility)

@@ -115,3 +115,19 @@ def test_files_after_a_sub_range_at_its_limit_are_not_part_of_the_chunk() -> Non
     chunk = _chunk([_line(0, 5, 5), _line(1, 8, 13, limited=True), _line(2, 4, 20)])
     assert chunk.staged.files == ("/s/part-00000.parquet", "/s/part-00001.parquet")
     assert (chunk.staged.selected, chunk.staged.covered) == (13, (13,))
+
+
+def test_a_failed_spark_job_is_reported_by_its_cause() -> None:
+    from snapshotter.engine.workers import _cause_line
+
+    spark_error = Exception(
+        "An exception was thrown from the Python worker: \n"
+        "Traceback (most recent call last):\n"
+        '  File "serializers.py", line 171, in _read_with_length\n'
+        "ModuleNotFoundError: No module named 'snapshotter.engine.executor_reads'\n"
+        " SQLSTATE: 38000)"
+    )
+    assert _cause_line(spark_error) == (
+        "ModuleNotFoundError: No module named 'snapshotter.engine.executor_reads'"
+    )
+    assert _cause_line(Exception("lost\nmore")) == "lost"
