@@ -14,7 +14,8 @@ id)), then ``--rounds`` interleaved rounds, each:
 * engine: ``snapshotter run --until-caught-up`` of an execute-snapshot signal, spark sink
   landing on the cluster, chunks read by the engine (``[source] read_parallelism = 2``).
 * executors: the same with ``[snapshot] executors = N``: each window read by N Spark tasks
-  on the cluster's executors.
+  on the cluster's executors (``--executor-chunk-size`` rows each, default 131072: a window
+  is one Spark job to read and one to stage, whose fixed cost larger windows pay less often).
 * JDBC: ``spark.read.jdbc(..., column="id", numPartitions=N).write.parquet`` on the same
   cluster and session: what a Spark user writes for a one-off copy (no log, no consistency).
 
@@ -104,7 +105,8 @@ def snapshot(db: SourceDb, work: Path, master: str, executors: int, chunk: int) 
     assert main(["init", "-c", cfg]) == 0
     assert main(["signal", "execute-snapshot", f"{db.schema}.{TABLE}", "-c", cfg]) == 0
     started = time.perf_counter()
-    assert main(["run", "-c", cfg, "--until-caught-up"]) == 0
+    verbose = ["-v"] if os.environ.get("EXECUTOR_BENCH_VERBOSE") else []
+    assert main(["run", "-c", cfg, "--until-caught-up", *verbose]) == 0
     seconds = time.perf_counter() - started
     main(["teardown", "-c", cfg, "--yes"])
     shutil.rmtree(run, ignore_errors=True)
@@ -178,7 +180,14 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=4_000_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--executors", type=int, default=2)
-    parser.add_argument("--chunk-size", type=int, default=32768)
+    parser.add_argument("--chunk-size", type=int, default=32768, help="the engine line's")
+    parser.add_argument(
+        "--executor-chunk-size",
+        type=int,
+        default=131072,
+        help="rows per sub-range on the executors line (a window is N of them: one Spark job "
+        "each, so larger windows pay the jobs' fixed cost less often)",
+    )
     parser.add_argument("--source", choices=["postgres", "mysql"], default="postgres")
     parser.add_argument("--master", help="a spark:// master (else the services' cluster)")
     parser.add_argument("--url", help="the source's URL (else scripts/services)")
@@ -219,8 +228,10 @@ def main() -> int:
     a = lines["A"]
     labels = {
         "A": "A: plain read, pyarrow Parquet (this process)",
-        "engine": "snapshot, chunks read by the engine → Spark sink on the cluster",
-        "executors": f"snapshot, chunks read by {args.executors} executors → Spark sink",
+        "engine": f"snapshot, chunks of {args.chunk_size} read by the engine → Spark sink on "
+        "the cluster",
+        "executors": f"snapshot, windows of {args.executors} x {args.executor_chunk_size} rows "
+        f"read by {args.executors} executors → Spark sink",
         "JDBC": f"Spark JDBC copy, numPartitions={args.executors} (no log, no consistency)",
     }
     result: dict[str, Any] = {

@@ -22,6 +22,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,7 @@ class SparkExecutorReads:
         directory.mkdir(parents=True)
         spark = spark_session(self._spark, delta=self._delta)
         reader = _TaskReader(self._source, spec, list(ranges), str(directory))
+        started = time.monotonic()
         job = spark.range(0, len(ranges), 1, len(ranges)).mapInArrow(reader, RESULT_DDL)
         if fault_armed("executor.reads"):
             # The fault suite kills the engine while the executors read: the job runs on a
@@ -101,7 +103,15 @@ class SparkExecutorReads:
             lines = done[0] if done else job.collect()
         else:
             lines = job.collect()
-        return _chunk(sorted((row.asDict() for row in lines), key=lambda r: r["index"]))
+        chunk = _chunk(sorted((row.asDict() for row in lines), key=lambda r: r["index"]))
+        log.debug(
+            "window %s: %d sub-ranges, %d rows read on executors in %.2f s",
+            window_id,
+            len(ranges),
+            chunk.staged.selected,
+            time.monotonic() - started,
+        )
+        return chunk
 
 
 def _chunk(lines: list[dict[str, Any]]) -> RemoteChunk:

@@ -380,7 +380,10 @@ class SparkSink:
     ) -> None:
         if self._spark is None:
             raise SparkSinkError("READ rows read on executors need the sink's Spark session")
+        started = time.monotonic()
         write_remote_reads(self._spark(), schema, batches, seq, target)
+        took = time.monotonic() - started
+        log.debug("staged %d window(s) read on executors in %.2f s", len(batches), took)
         for batch in batches:  # staged now: the executors' files are no longer needed
             for name in batch.staged.files:
                 Path(name).unlink(missing_ok=True)
