@@ -216,7 +216,9 @@ def main() -> int:
             plain = db.plain_read(TABLE, work / "plain.parquet")
             lines["A"].append(plain.seconds)
             lines["engine"].append(snapshot(db, work, master, 0, args.chunk_size))
-            lines["executors"].append(snapshot(db, work, master, args.executors, args.chunk_size))
+            lines["executors"].append(
+                snapshot(db, work, master, args.executors, args.executor_chunk_size)
+            )
             lines["JDBC"].append(jdbc_copy(db, work, args.executors, args.rows))
             print(
                 f"round {round_ + 1}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in lines.items()),
