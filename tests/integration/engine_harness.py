@@ -152,10 +152,14 @@ executors = {self.executors}
         # local[2] as CI, unless the test asks for the cluster or Spark Connect.
         spark = self.spark or SPARK_MASTER
         where = "remote" if spark.startswith("sc://") else "master"
+        # On the two-core test cluster an application takes every free core and keeps it: a
+        # second engine (a subprocess of the test, while the test's own session lives) would
+        # wait for cores forever. One core each.
+        cores = '\nconf = { "spark.cores.max" = "1" }' if spark.startswith("spark://") else ""
         return (
             f'[sink]\nkind = "spark"\npath = "lake"\nformat = "{self.sink_format}"\n'
             "compact_min_rows = 20000\n\n"
-            f'[spark]\n{where} = "{spark}"\n'
+            f'[spark]\n{where} = "{spark}"{cores}\n'
         )
 
     @property
