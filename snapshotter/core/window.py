@@ -104,6 +104,18 @@ class WindowKeyError(ValueError):
 RowConvert = Callable[[dict[str, Any]], dict[str, Any]]
 
 
+def _read_source(close_source: Source, table: TableId) -> Source:
+    """The ``source`` template of a window's READ rows: the close watermark's, with the
+    window's table and snapshot "incremental"."""
+    return replace(close_source, table=table, snapshot=SnapshotMarker.INCREMENTAL)
+
+
+def _stamped(source: Source | None, window_id: str) -> Source:
+    if source is None:
+        raise WindowOrderError(f"READ batch of window {window_id} was never stamped")
+    return source
+
+
 @dataclass(frozen=True, slots=True)
 class ReadBatch:
     """What a window emits at its close watermark: the surviving chunk rows as one Arrow
@@ -141,14 +153,13 @@ class ReadBatch:
 
     def stamped(self, close_source: Source, ts_ms: int, convert: RowConvert | None) -> ReadBatch:
         """The batch as it goes to the sink: ``close_source`` is the close watermark's."""
-        template = replace(close_source, table=self.table, snapshot=SnapshotMarker.INCREMENTAL)
-        return replace(self, source=template, ts_ms=ts_ms, convert=convert)
+        return replace(
+            self, source=_read_source(close_source, self.table), ts_ms=ts_ms, convert=convert
+        )
 
     @property
     def template(self) -> Source:
-        if self.source is None:
-            raise WindowOrderError(f"READ batch of window {self.window_id} was never stamped")
-        return self.source
+        return _stamped(self.source, self.window_id)
 
     def position_tokens(self) -> pa.Array:
         """Each row's position token (``position.read_row(i).token``), built column-wise."""
@@ -250,14 +261,11 @@ class StagedReadBatch:
     ) -> StagedReadBatch:
         """As ``ReadBatch.stamped`` (``convert`` is not needed: the readers wrote the landed
         columns)."""
-        template = replace(close_source, table=self.table, snapshot=SnapshotMarker.INCREMENTAL)
-        return replace(self, source=template, ts_ms=ts_ms)
+        return replace(self, source=_read_source(close_source, self.table), ts_ms=ts_ms)
 
     @property
     def template(self) -> Source:
-        if self.source is None:
-            raise WindowOrderError(f"READ batch of window {self.window_id} was never stamped")
-        return self.source
+        return _stamped(self.source, self.window_id)
 
 
 class ChunkWindow:

@@ -18,6 +18,7 @@ the window is voided and read again, as any failed chunk read.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -128,7 +129,7 @@ def _chunk(lines: list[dict[str, Any]]) -> RemoteChunk:
         if line["rows"]:
             files.append(line["file"])
             selected += line["rows"]
-            last_key = decode_key(_json(line["last_key"]))
+            last_key = decode_key(json.loads(line["last_key"]))
         if line["visibility"] is not None:
             snapshots.append(PgSnapshot.parse(line["visibility"]))
         if line["limited"]:
@@ -139,12 +140,6 @@ def _chunk(lines: list[dict[str, Any]]) -> RemoteChunk:
         visibility = snapshots[0] if len(snapshots) == 1 else AllSnapshots(tuple(snapshots))
     staged = StagedRows(tuple(files), selected, last_key, key_types, covered)
     return RemoteChunk(staged, visibility)
-
-
-def _json(text: str) -> Any:
-    import json
-
-    return json.loads(text)
 
 
 class _TaskReader:
@@ -211,8 +206,6 @@ def read_sub_range(
         raise ExecutorReadError(f"cannot send a {type(visibility).__name__} back to the engine")
     last_key = None
     if chunk.last_key is not None:
-        import json
-
         last_key = json.dumps(encode_key(chunk.last_key))
     line = {
         "index": [index],
