@@ -86,8 +86,11 @@ def run_engine(
     hooks: PhaseHooks | None = None,
     sink: Sink | None = None,
     on_progress: Callable[[EngineState], None] | None = None,
+    on_start: Callable[[Engine], None] | None = None,
 ) -> int:
-    """Lock the state directory, then stream; returns the engine's exit code."""
+    """Lock the state directory, then stream; returns the engine's exit code.
+    ``on_start``: called with the engine before it streams (observers that read its
+    counters, e.g. the metrics endpoint)."""
     config.state.dir.mkdir(parents=True, exist_ok=True)
     # Lock first, then load state: state read before another engine's last save would
     # restart the sink and the slot from different points.
@@ -95,4 +98,6 @@ def run_engine(
         engine, _ = build_engine(
             config, hooks=hooks, sink=sink, on_progress=on_progress, store=store
         )
+        if on_start is not None:
+            on_start(engine)
         return engine.run(until_caught_up=until_caught_up, should_stop=stop)

@@ -104,6 +104,9 @@ class TableProgress(_Model):
     last_read_key: TypedKey | None = None
     chunk_id: int = 0  # chunks completed so far; the next chunk is number chunk_id + 1
     rows_emitted: int = 0
+    # Rows the chunk SELECTs returned; rows_read - rows_emitted were dropped by in-window
+    # log events (their newer values went out as log events instead).
+    rows_read: int = 0
     error: str | None = None
 
     def _require(self, *allowed: SnapshotStatus, action: str) -> None:
@@ -146,6 +149,7 @@ class TableProgress(_Model):
             raise StateError(f"a chunk emitted {emitted} of {selected} selected rows")
         self.chunk_id += 1
         self.rows_emitted += emitted
+        self.rows_read += selected
         if last_key is not None:
             self.last_read_key = normalize_key(last_key)
         if final is None:

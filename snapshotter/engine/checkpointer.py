@@ -11,6 +11,7 @@ copy of each checkpoint until the sink acknowledges it, then saves it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +53,8 @@ class Checkpointer:
         self._sleep = sleep
         self._pending: dict[int, _Pending] = {}
         self._last = 0.0
+        self.saved_at = 0.0  # wall clock of the newest state save (0: none this run)
+        self.unacked = 0  # checkpoints the sink has not acknowledged yet
         self.dirty = False  # something worth a checkpoint happened since the last one
         self.in_txn = False  # a transaction's changes are being handed over
         self.boundary: Mapping[str, Any] | None = None  # resume point of the last txn end
@@ -84,6 +87,7 @@ class Checkpointer:
         self._flush()
         checkpoint = self._sink.checkpoint()
         self._pending[checkpoint] = _Pending(snapshot, dict(self.boundary))
+        self.unacked = len(self._pending)
         self._last = self._clock()
         self.dirty = False
 
@@ -111,11 +115,13 @@ class Checkpointer:
                 continue
             pending.state.sink = dict(ack.resume)
             newest = pending
+        self.unacked = len(self._pending)
         if newest is None:
             return
         if newest.state.stream.position:
             newest.state.prune_processed(Position.from_token(newest.state.stream.position))
         self._store.save(newest.state)
+        self.saved_at = time.time()
         confirm(newest.resume)
 
     def save_first(self) -> None:
@@ -132,3 +138,4 @@ class Checkpointer:
                 self._sleep(FIRST_CHECKPOINT_POLL_S)
         if self._state.sink:
             self._store.save(self._state)
+            self.saved_at = time.time()

@@ -47,6 +47,7 @@ from snapshotter.engine.scheduler import Flight, Scheduler, TableRun, random_win
 from snapshotter.engine.signal_actions import SignalActions, SignalContext
 from snapshotter.engine.signal_cleanup import WatermarkCleanup
 from snapshotter.engine.state_store import StateStore
+from snapshotter.engine.stats import EngineStats
 from snapshotter.engine.task_answers import TaskAnswers
 from snapshotter.engine.watermarks import WatermarkRows
 from snapshotter.engine.workers import (
@@ -189,10 +190,20 @@ class Engine:
             signal_table=self._signal_table,
         )
         self._actions = SignalActions.default(self._signal_context())
+        self.stats = EngineStats()
 
     @property
     def keys(self) -> KeyCatalog:
         return self._keys
+
+    @property
+    def checkpoints(self) -> Checkpointer:
+        """The checkpointer (observers read its ``saved_at`` and ``unacked``)."""
+        return self._checkpoints
+
+    @property
+    def sink(self) -> Sink:
+        return self._sink
 
     @property
     def retried_tasks(self) -> int:
@@ -293,6 +304,8 @@ class Engine:
         self._schedule()
         self._checkpoints.maybe_checkpoint()
         self._collect_acks()
+        if self._on_progress is not None:
+            self._on_progress(self.state)
         return until_caught_up and self._is_caught_up()
 
     def finish_transaction(self, timeout: float = FINISH_TRANSACTION_S) -> None:
@@ -389,12 +402,14 @@ class Engine:
                 if progress is not None:
                     self._fail(self._scheduler.run_of(progress), str(exc))
         self._out.append(self._keys.rekeyed(event))
+        self.stats.log_changes += 1
 
     def _on_commit(self, commit: Commit) -> None:
         self._checkpoints.in_txn = False
         self._history.commit(commit.xid, commit.position)
         if self._replayed(commit.position):
             return
+        self.stats.commit_seen(commit.ts_ms)
         self._checkpoints.at_boundary(commit.resume, commit.log_offset)
         self.state.stream.position = commit.position.token
         self.state.stream.resume = dict(commit.resume)
@@ -470,6 +485,7 @@ class Engine:
         """A signal the engine cannot act on (fully or in part): logged and kept in state for
         ``status``; the stream goes on."""
         log.log(level, "signal %s (%s): %s", signal_id, kind, message)
+        self.stats.errors["signal"] += 1
         self.state.add_problem(
             SignalProblem(
                 signal_id=signal_id, signal_type=kind, message=message, position=position.token
@@ -504,6 +520,7 @@ class Engine:
     def _fail(self, run: TableRun, error: str) -> None:
         if not run.progress.status.finished:
             run.progress.fail(error)
+            self.stats.errors["snapshot"] += 1
         self._checkpoints.dirty = True
         self._scheduler.drop_run(run.progress)
         log.error("snapshot of %s failed: %s", run.progress.table, error)
@@ -586,6 +603,7 @@ class Engine:
                 final=done.final,
             )
         self._checkpoints.dirty = True
+        self.stats.chunks_closed += 1
         log.debug(
             "chunk %d of %s: close watermark seen, %d emitted, %d dropped by the log",
             task.number,
