@@ -107,6 +107,10 @@ class TableProgress(_Model):
     # Rows the chunk SELECTs returned; rows_read - rows_emitted were dropped by in-window
     # log events (their newer values went out as log events instead).
     rows_read: int = 0
+    # The table's row count from the database's statistics when the snapshot started (None:
+    # unknown), and when it started (epoch ms): for progress, rate and ETA (core.eta).
+    estimated_rows: int | None = None
+    started_ms: int | None = None
     error: str | None = None
 
     def _require(self, *allowed: SnapshotStatus, action: str) -> None:
