@@ -11,7 +11,8 @@ Relative paths are relative to the directory of the config file.
 Which ``SNAPSHOTTER_*`` variables are configuration (a typo must never be ignored silently):
 
 * ``SNAPSHOTTER_SOURCE_*``, ``SNAPSHOTTER_SINK_*``, ``SNAPSHOTTER_STATE_*``,
-  ``SNAPSHOTTER_SPARK_*`` and ``SNAPSHOTTER_SNAPSHOT_*`` set the key the rest names; a key
+  ``SNAPSHOTTER_SPARK_*``, ``SNAPSHOTTER_SNAPSHOT_*``, ``SNAPSHOTTER_METRICS_*`` and
+  ``SNAPSHOTTER_NOTIFICATIONS_*`` set the key the rest names; a key
   the section does not have is an error ("did you mean ...").
 * A variable whose first word is a misspelt section name (``SNAPSHOTTER_SORUCE_URL``) is an
   error too.
@@ -282,6 +283,10 @@ class SinkConfig(_Section):
     # its last compaction reach this fraction of its rows (and at least compact_min_rows).
     compact_ratio: float = Field(default=0.5, gt=0)
     compact_min_rows: int = Field(default=100_000, ge=0)
+    # spark, parquet format: fold every changelog tail into the current state once nothing
+    # has landed for this many seconds, so a plain reader of current/ sees the exact state
+    # while the engine runs (0: only when the engine stops).
+    compact_idle_s: float = Field(default=10.0, ge=0)
     # kafka: the brokers, "host:port[,host:port...]".
     bootstrap_servers: str = ""
     # kafka: partitions and replication factor of the topics the sink creates (existing
@@ -428,12 +433,59 @@ class StateConfig(_Section):
     checkpoint_interval_ms: int = Field(default=1000, ge=10, le=600_000)
 
 
+class MetricsConfig(_Section):
+    # The Prometheus endpoint of `run` / `resume` (http://host:port/metrics). None: off.
+    # 0: a free port the system picks (logged at start; for tests).
+    port: int | None = Field(default=None, ge=0, le=65_535)
+    # The address it listens on; the loopback by default (the endpoint has no
+    # authentication: "0.0.0.0" exposes it to the network).
+    host: str = Field(default="127.0.0.1", min_length=1)
+
+
+class NotificationsConfig(_Section):
+    # Where Debezium-style notifications of incremental snapshots go (STARTED, IN_PROGRESS,
+    # TABLE_SCAN_COMPLETED, PAUSED, RESUMED, ABORTED, COMPLETED; docs/operations.md):
+    # "log" (one INFO line each, logger snapshotter.notifications), "table" (rows of
+    # `table` in the source database, created by `snapshotter init`), "sink" (the sink's
+    # own notification topic / file / table). Empty: off, as in Debezium.
+    channels: list[Literal["log", "table", "sink"]] = Field(default_factory=list)
+    # The table channel's table, in the source database (schema-qualified or in the
+    # source's default schema, as signal_table). The engine never streams its changes.
+    table: str = "debezium_notification"
+    # The sink channel's Kafka topic (Debezium's notification.sink.topic.name). Unset:
+    # "<source name>.notifications".
+    topic: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.\-]{1,249}$")
+
+    @field_validator("table")
+    @classmethod
+    def _table_parses(cls, value: str) -> str:
+        try:
+            parse_table_name(value)
+        except TableNameError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("channels")
+    @classmethod
+    def _once_each(cls, value: list[str]) -> list[str]:
+        return list(dict.fromkeys(value))
+
+
 class Config(_Section):
     source: SourceConfig
     sink: SinkConfig = Field(default_factory=SinkConfig)
     state: StateConfig = Field(default_factory=StateConfig)
     spark: SparkConfig = Field(default_factory=SparkConfig)
     snapshot: SnapshotConfig = Field(default_factory=SnapshotConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    notifications: NotificationsConfig = Field(default_factory=NotificationsConfig)
+
+    @property
+    def notification_table_id(self) -> TableId:
+        """The notification table (``[notifications] table``), schema-qualified."""
+        return parse_table_name(self.notifications.table).with_default_schema(
+            self.source.default_schema
+        )
 
     @property
     def staging_dir(self) -> Path:
@@ -442,6 +494,18 @@ class Config(_Section):
         if self.sink.kind == "spark" and self.sink.path and not is_uri(self.sink.path):
             return Path(self.sink.path) / "_staging"
         return self.state.dir / "staging"
+
+    @model_validator(mode="after")
+    def _notification_table_of_its_own(self) -> Config:
+        if (
+            "table" in self.notifications.channels
+            and self.notification_table_id == self.source.signal_table_id
+        ):
+            raise ValueError(
+                f"notifications.table {self.notifications.table!r} is the signal table; name "
+                'another, e.g. table = "debezium_notification"'
+            )
+        return self
 
     @model_validator(mode="after")
     def _executors_need_spark(self) -> Config:
@@ -517,6 +581,8 @@ def _section_fields() -> dict[str, dict[str, str]]:
             ("state", StateConfig),
             ("spark", SparkConfig),
             ("snapshot", SnapshotConfig),
+            ("metrics", MetricsConfig),
+            ("notifications", NotificationsConfig),
         )
     }
 

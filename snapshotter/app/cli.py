@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import sys
 import traceback
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -95,10 +97,16 @@ def cmd_init(args: argparse.Namespace) -> int:
     connector = connector_for(source)
     engine = _connect(config)
     refused = _create_signal_table(engine, config, connector)
+    refused += _create_notification_table(engine, config)
     try:
         setup = connector.check_setup(engine)
     except TableError as exc:
         raise CliError(f"source.tables: {exc}", code=2) from None
+    if "table" in config.notifications.channels:
+        # The engine's own output: never captured (no publication membership), even when
+        # a source.tables pattern matches it.
+        own = config.notification_table_id
+        setup = replace(setup, tables=[t for t in setup.tables if t != own])
     if not source.tables:
         err.print("[yellow]warning:[/yellow] source.tables is empty: no table can be snapshotted")
     out.print(escape(f"captured tables: {', '.join(map(str, setup.tables)) or '(none yet)'}"))
@@ -170,6 +178,35 @@ def _create_signal_table(engine: sa.Engine, config: Config, connector: Connector
             )
         ]
     out.print(escape(f"signal table {table}: {'created' if created else 'already there'}"))
+    return []
+
+
+def _create_notification_table(engine: sa.Engine, config: Config) -> list[Any]:
+    """With the "table" notification channel, create its table (unless it exists); a
+    privilege the user lacks is a problem, as for the signal table."""
+    from snapshotter.app.notifications import create_notification_table
+    from snapshotter.common.errors import is_privilege_error, source_reason
+    from snapshotter.sources.setup_common import Problem
+
+    if "table" not in config.notifications.channels:
+        return []
+    table = config.notification_table_id
+    try:
+        with engine.begin() as conn:
+            created = create_notification_table(conn, table)
+    except sa.exc.DBAPIError as exc:
+        if not is_privilege_error(exc):
+            raise
+        user = engine.url.username or "the configured user"
+        return [
+            Problem(
+                what=f"cannot create the notification table {table}: {source_reason(exc)}",
+                fix=f"let {user} create tables in {table.schema} (and insert into them); or "
+                'have its owner create it, or take "table" out of '
+                "[notifications] channels, then run init again",
+            )
+        ]
+    out.print(escape(f"notification table {table}: {'created' if created else 'already there'}"))
     return []
 
 
@@ -311,6 +348,8 @@ def cmd_teardown(args: argparse.Namespace) -> int:
     engine = _connect(config)
     path = state_path(config)
     objects = [*connector.capture_objects(), f"signal table {source.signal_table_id}"]
+    if "table" in config.notifications.channels:
+        objects.append(f"notification table {config.notification_table_id}")
     url = mask_url(config.source.url)
     # No state directory, no engine that could be using it: nothing to lock (or create).
     lock: Any = StateStore(path) if config.state.dir.exists() else contextlib.nullcontext()
@@ -488,6 +527,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = _config(args)
     if args.command == "resume":
         _announce_resume(config)
+    from snapshotter.app.metrics import serve_metrics, with_port
     from snapshotter.app.progress import live_progress
     from snapshotter.app.runner import StopFlag, run_engine
     from snapshotter.engine.state_store import StateLockedError
@@ -498,9 +538,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     stop = StopFlag()
     stop.install()
     try:
-        with live_progress(verbose=args.verbose, log_filter=RedactingFilter(redact)) as on_progress:
+        config = with_port(config, args.metrics_port)
+        with (
+            live_progress(verbose=args.verbose, log_filter=RedactingFilter(redact)) as on_progress,
+            serve_metrics(config) as metrics,
+        ):
             code = run_engine(
-                config, until_caught_up=args.until_caught_up, stop=stop, on_progress=on_progress
+                config,
+                until_caught_up=args.until_caught_up,
+                stop=stop,
+                on_progress=on_progress,
+                on_start=metrics.attach if metrics is not None else None,
             )
     except StateLockedError as exc:
         raise CliError(f"{exc}; is another `snapshotter run` using {config.state.dir}?") from None
@@ -603,14 +651,31 @@ def _landing_status(config: Config, sink: dict[str, Any]) -> dict[str, Any]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from snapshotter.app.status import status_report, table_rows
-    from snapshotter.app.stream_position import stream_health
+    from snapshotter.app.status import render_status
     from snapshotter.engine.state_store import state_path
 
     config = _config(args)
     path = state_path(config)
+    if args.watch is not None:
+        return _watch_status(config, args, args.watch)
+    report = _status_report(config, args)
+    if args.json:
+        out.print_json(json.dumps(report))
+        return 0
+    for part in render_status(report, f"snapshots ({path})"):
+        out.print(part)
+    return 0
+
+
+def _status_report(config: Config, args: argparse.Namespace) -> dict[str, Any]:
+    """What ``status`` shows, read now: state (read-only), the stream position's health and
+    lag, the sink's side."""
+    from snapshotter.app.status import status_report
+    from snapshotter.app.stream_position import stream_health
+    from snapshotter.engine.state_store import state_path
+
     try:
-        state = StateStore(path).load()
+        state = StateStore(state_path(config)).load()
     except StateError as exc:
         raise CliError(str(exc)) from None
     health = stream_health(config, state, args.config)
@@ -623,55 +688,59 @@ def cmd_status(args: argparse.Namespace) -> int:
             "bootstrap_servers": config.sink.bootstrap_servers,
             "acknowledged_messages": int(state.sink.get("messages", 0)),
         }
-    if args.json:
-        out.print_json(json.dumps(report))
-        return 0
-    table = Table(title=f"snapshots ({path})")
-    for column in ("table", "state", "rows", "chunks", "last key", "max key", "error"):
-        table.add_column(column, overflow="fold")
-    shown, hidden = table_rows(report["snapshots"])
-    for s in shown:
-        table.add_row(
-            escape(s["table"]),
-            s["state"],
-            str(s["rows"]),
-            str(s["chunks"]),
-            escape(json.dumps(s["last_key"])),
-            escape(json.dumps(s["max_key"])),
-            escape(s["error"] or ""),
-        )
-    out.print(table)
-    if hidden:
-        out.print(f"{hidden} older snapshots not shown (status --json lists them all)")
-    stream = report["stream"]
-    out.print(
-        escape(
-            f"stream position {stream['position'] or '(no event handled yet)'}, restarts from "
-            f"{stream['restart']}, lag {stream['lag_bytes']} bytes"
-        )
-    )
-    landing = report.get("landing")
-    if landing is not None:
-        out.print(
-            escape(
-                f"landing: batch {landing['staged']} staged (recorded); "
-                f"{landing['waiting_batches']} batch(es), {landing['waiting_bytes']} bytes "
-                f"staged and not yet landed ({landing['staging']})"
-            )
-        )
-    kafka = report.get("kafka")
-    if kafka is not None:
-        out.print(
-            escape(
-                f"kafka: {kafka['acknowledged_messages']} messages acknowledged by "
-                f"{kafka['bootstrap_servers']} (recorded)"
-            )
-        )
-    for problem in report["signal_problems"]:
-        out.print(escape(f"signal {problem['signal_id']} ({problem['type']}): {problem['error']}"))
-    for warning in report["warnings"]:
-        out.print(f"[yellow]warning:[/yellow] {escape(warning)}")
-    return 0
+    return report
+
+
+def _watch_status(config: Config, args: argparse.Namespace, seconds: float) -> int:
+    """``status --watch``: the report again every ``seconds`` until Ctrl-C; in place on a
+    terminal (rich Live), else (and with --json) appended, one report per refresh (JSON:
+    one document a line)."""
+    import datetime as dt
+    import time
+
+    from rich.console import Group
+    from rich.live import Live
+
+    from snapshotter.app.status import render_status
+    from snapshotter.engine.state_store import state_path
+
+    title = f"snapshots ({state_path(config)})"
+
+    def view() -> Group:
+        now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        parts = render_status(_status_report(config, args), f"{title} at {now}")
+        return Group(*parts)
+
+    try:
+        if args.json:
+            while True:
+                text = json.dumps(_status_report(config, args))
+                out.print(text, soft_wrap=True, markup=False, highlight=False)
+                time.sleep(seconds)
+        elif out.is_terminal:
+            # A console of its own: ``out`` soft-wraps, which Live would crop to the width.
+            screen = Console(highlight=False)
+            with Live(view(), console=screen, auto_refresh=False) as live:
+                while True:
+                    time.sleep(seconds)
+                    live.update(view(), refresh=True)
+        else:
+            while True:
+                out.print(view())
+                out.print()
+                time.sleep(seconds)
+    except KeyboardInterrupt:
+        return 0  # Ctrl-C is how a watch ends
+
+
+def _watch_seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not seconds >= 0.1 or math.isinf(seconds):
+        raise argparse.ArgumentTypeError(f"not a number of seconds >= 0.1: {text!r}")
+    return seconds
 
 
 def _lag_bytes(config: Config, resume: dict[str, Any]) -> int | None:
@@ -838,12 +907,27 @@ def build_parser() -> argparse.ArgumentParser:
             action="store_true",
             help="exit once no snapshot is pending or running and the log is read to its end",
         )
+        run.add_argument(
+            "--metrics-port",
+            type=int,
+            metavar="N",
+            help="serve Prometheus metrics at http://HOST:N/metrics (HOST: [metrics] host, "
+            "127.0.0.1 by default); overrides [metrics] port; 0 picks a free port",
+        )
         run.set_defaults(func=cmd_run)
 
     status = with_config(
         sub.add_parser("status", help="snapshot progress, stream lag and position warnings")
     )
     status.add_argument("--json", action="store_true", help="print JSON")
+    status.add_argument(
+        "--watch",
+        nargs="?",
+        type=_watch_seconds,
+        const=2.0,
+        metavar="SECONDS",
+        help="print it again every SECONDS (default 2) until Ctrl-C",
+    )
     status.set_defaults(func=cmd_status)
 
     verify = with_config(

@@ -7,15 +7,69 @@ import logging
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.logging import RichHandler
-from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    ProgressColumn,
+    SpinnerColumn,
+    Task,
+    TaskID,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.text import Text
 
-from snapshotter.core.state import EngineState
+from snapshotter.core.eta import duration_text
+from snapshotter.core.state import SnapshotStatus, TableProgress
 
-OnProgress = Callable[[EngineState], None]
+if TYPE_CHECKING:
+    from snapshotter.core.state import EngineState
+
+OnProgress = Callable[["EngineState"], None]
+
+
+class RateColumn(ProgressColumn):
+    """Rows read per second, as rich measures it over the last 30 s of this run (a resumed
+    snapshot's earlier rows do not count)."""
+
+    def render(self, task: Task) -> Text:
+        speed = task.speed
+        return Text("" if speed is None else f"{speed:,.0f} rows/s")
+
+
+class EtaColumn(ProgressColumn):
+    """Time remaining at that rate: only with an estimate the rows have not passed."""
+
+    def render(self, task: Task) -> Text:
+        speed, total = task.speed, task.total
+        if task.finished or not speed or total is None or task.completed >= total:
+            return Text("")
+        return Text(f"eta {duration_text((total - task.completed) / speed)}")
+
+
+def bar_fields(p: TableProgress) -> tuple[int, int | None, dict[str, Any]]:
+    """A snapshot's bar: rows read, the total (the estimate; None, a pulsing bar, when it is
+    unknown, only an upper bound (a filter), or passed while it runs: no bar is better than
+    a wrong one; a done snapshot's bar is full), and the text fields."""
+    estimate = p.estimated_rows
+    completed, total = p.rows_read, None
+    if p.status is SnapshotStatus.DONE:
+        completed = total = max(p.rows_read, 1)
+    elif estimate and p.filter is None and p.rows_read < estimate:
+        total = estimate
+    bound = "<=" if p.filter is not None else "~"
+    of = "?" if estimate is None else f"{bound}{estimate:,}"
+    fields: dict[str, Any] = {
+        "rows": f"{p.rows_read:,} / {of} rows read",
+        "chunks": p.chunk_id,
+        "state": p.status.value,
+    }
+    return completed, total, fields
 
 
 @contextmanager
@@ -42,7 +96,11 @@ def live_progress(
     progress = Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
-        TextColumn("{task.fields[rows]} rows, {task.fields[chunks]} chunks, {task.fields[state]}"),
+        BarColumn(),
+        TaskProgressColumn(),
+        TextColumn("{task.fields[rows]}, {task.fields[chunks]} chunks, {task.fields[state]}"),
+        RateColumn(),
+        EtaColumn(),
         TimeElapsedColumn(),
         console=console,
         transient=False,
@@ -56,14 +114,13 @@ def live_progress(
     def update(state: EngineState) -> None:
         for p in state.snapshots:
             key = (p.signal_id, str(p.table))
-            fields: dict[str, Any] = {
-                "rows": p.rows_emitted,
-                "chunks": p.chunk_id,
-                "state": p.status.value,
-            }
+            completed, total, fields = bar_fields(p)
             if key not in tasks:
-                tasks[key] = progress.add_task(str(p.table), total=None, **fields)
-            progress.update(tasks[key], **fields)
+                # Rows read before this run (a resume) are where the bar starts, not speed.
+                tasks[key] = progress.add_task(
+                    str(p.table), total=total, completed=completed, **fields
+                )
+            progress.update(tasks[key], total=total, completed=completed, **fields)
 
     try:
         with progress:

@@ -91,13 +91,22 @@ def run_engine(
     """Lock the state directory, then stream; returns the engine's exit code.
     ``on_start``: called with the engine before it streams (observers that read its
     counters, e.g. the metrics endpoint)."""
+    from snapshotter.app.notifications import notifier_for, observe
+
     config.state.dir.mkdir(parents=True, exist_ok=True)
-    # Lock first, then load state: state read before another engine's last save would
-    # restart the sink and the slot from different points.
-    with StateStore(state_path(config)) as store:
-        engine, _ = build_engine(
-            config, hooks=hooks, sink=sink, on_progress=on_progress, store=store
-        )
-        if on_start is not None:
-            on_start(engine)
-        return engine.run(until_caught_up=until_caught_up, should_stop=stop)
+    # Debezium's notifications ([notifications]): one more observer of the state.
+    notifier = notifier_for(config)
+    on_progress, on_start = observe(notifier, on_progress, on_start)
+    try:
+        # Lock first, then load state: state read before another engine's last save would
+        # restart the sink and the slot from different points.
+        with StateStore(state_path(config)) as store:
+            engine, _ = build_engine(
+                config, hooks=hooks, sink=sink, on_progress=on_progress, store=store
+            )
+            if on_start is not None:
+                on_start(engine)
+            return engine.run(until_caught_up=until_caught_up, should_stop=stop)
+    finally:
+        if notifier is not None:
+            notifier.close()

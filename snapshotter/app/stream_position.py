@@ -219,12 +219,18 @@ def plan_reset(
 
 def teardown(config: Config, engine: sa.Engine) -> list[str]:
     """Drop what ``init`` created: the source's capture objects (PostgreSQL's slot, never an
-    active one, and publication; none for MySQL), then the signal table. Idempotent:
+    active one, and publication; none for MySQL), then the signal table (and the
+    notification table, with the "table" notification channel). Idempotent:
     returns one line per object, "dropped" or "already gone"."""
     source = config.source
     lines = connector_for(source).drop_capture(engine)
     dropped = drop_signal_table(engine, source.signal_table_id)
     lines.append(f"signal table {source.signal_table_id}: {gone(dropped)}")
+    if "table" in config.notifications.channels:
+        from snapshotter.app.notifications import drop_notification_table
+
+        table = config.notification_table_id
+        lines.append(f"notification table {table}: {gone(drop_notification_table(engine, table))}")
     return lines
 
 

@@ -32,6 +32,7 @@ from signals.names import TableId, TableSelector, parse_table_selector
 from signals.plan import Selectors
 from snapshotter.common.faults import failpoint
 from snapshotter.config import Config
+from snapshotter.core.eta import eta_note
 from snapshotter.core.events import ChangeEvent, Op
 from snapshotter.core.keys import Key
 from snapshotter.core.position import Position
@@ -99,12 +100,14 @@ class Engine:
         start_workers: StartWorkers | None = None,
         new_window_id: Callable[[], str] | None = None,
         remote_reads: RemoteReads | None = None,
+        wall_ms: Callable[[], int] | None = None,
     ) -> None:
         """``keys``: the catalog the sinks ask for key names (a new one if None).
         ``clock`` and ``sleep``: every time read and wait of the engine (a simulation passes
         its own). ``start_workers``: builds the chunk-worker pool (the threaded
         ``ChunkWorkers`` if None). ``new_window_id``: the ids of chunk windows (random UUIDs
-        if None); a simulation passes its own, since they reach the signal table."""
+        if None); a simulation passes its own, since they reach the signal table.
+        ``wall_ms``: the epoch-ms clock of the snapshots' start times in state."""
         source = config.source
         self._source = source
         self._dialect = dialect
@@ -121,10 +124,16 @@ class Engine:
         self._on_progress = on_progress
         self._clock = clock
         self._sleep = sleep
+        self._wall_ms = wall_ms or _now_ms
         self._start_workers: StartWorkers = start_workers or ChunkWorkers
         self._workers: WorkerPool  # started by ``start``
         self._reader: LogReader  # opened by ``start``
         self._signal_table = source.signal_table_id
+        # The notification table ([notifications] channels "table") is the engine's own
+        # output: its rows never go to the sink, even when source.tables matches it.
+        self._own_tables = (
+            {config.notification_table_id} if "table" in config.notifications.channels else set()
+        )
         self.state = store.load()
         self.state.prune_history()  # a state file from before history was bounded
         self._outcome = RunOutcome()
@@ -180,6 +189,7 @@ class Engine:
             row_converter=lambda schema: self._dialect.row_converter(schema),
             fail=self._fail,
             window_over=self._window_over,
+            now_ms=self._wall_ms,
         )
         self._watermarks = WatermarkRows(
             state=self.state,
@@ -209,6 +219,12 @@ class Engine:
     def retried_tasks(self) -> int:
         """Tasks submitted again after a transient failure (this run)."""
         return self._retry.retried_tasks
+
+    @property
+    def windows_in_flight(self) -> list[TableId]:
+        """The table of each chunk window held now (being read, or waiting for its close
+        watermark); a copy, so observers may read it from another thread."""
+        return [flight.task.table for flight in self._scheduler.flights()]
 
     def _signal_context(self) -> SignalContext:
         """What the signal actions may read and do."""
@@ -383,6 +399,8 @@ class Engine:
 
     def _on_change(self, change: Change) -> None:
         event = change.event
+        if event.table in self._own_tables:
+            return
         self._checkpoints.in_txn = True
         if event.table != self._signal_table and self._keep_history:
             # Always, replayed changes included: a chunk's snapshot may miss a transaction
@@ -615,11 +633,12 @@ class Engine:
         if now - run.reported >= REPORT_INTERVAL_S and progress.status is not SnapshotStatus.DONE:
             run.reported = now
             log.info(
-                "snapshot of %s: %d chunks, %d rows, next after key %s",
+                "snapshot of %s: %d chunks, %d rows, next after key %s%s",
                 task.table,
                 progress.chunk_id,
                 progress.rows_emitted,
                 progress.last_read_key,
+                eta_note(progress, self._wall_ms()),
             )
         if progress.status is SnapshotStatus.DONE:
             log.info(

@@ -52,6 +52,7 @@ class TaskAnswers:
         row_converter: Callable[[TableSchema], RowConverter | None],
         fail: Fail,
         window_over: Callable[[str], None],
+        now_ms: Callable[[], int],
     ) -> None:
         self._state = state
         self._scheduler = scheduler
@@ -61,6 +62,7 @@ class TaskAnswers:
         self._row_converter = row_converter
         self._fail = fail
         self._window_over = window_over  # its watermark rows may go (signal_cleanup)
+        self._now_ms = now_ms  # wall clock, epoch ms (a snapshot's start time in state)
 
     def answered(self, result: Result) -> None:
         task = result.task
@@ -125,15 +127,19 @@ class TaskAnswers:
             return
         if progress.status is SnapshotStatus.PENDING:
             progress.key_columns = list(result.key_columns)
+            # For progress and ETA (core.eta): with a filter, an upper bound of what it reads.
+            progress.estimated_rows = result.estimated_rows
+            progress.started_ms = self._now_ms()
             progress.start(result.max_key)
             self._keys.refresh_unfinished(self._state.snapshots)
             self._checkpoints.dirty = True
             done = progress.status.finished  # an empty table is done at once
             log.info(
-                "snapshot of %s started: key %s, maximum key %s",
+                "snapshot of %s started: key %s, maximum key %s, estimated rows %s",
                 task.table,
                 ", ".join(result.key_columns),
                 result.max_key,
+                "unknown" if result.estimated_rows is None else result.estimated_rows,
             )
             if done:
                 log.info("snapshot of %s done: no rows to read", task.table)

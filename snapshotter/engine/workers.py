@@ -94,6 +94,8 @@ class TableStarted:
     key_columns: tuple[str, ...]
     max_key: Key | None
     added_to_capture: list[TableId] = field(default_factory=list)
+    # The database's estimate of the table's rows (None: unknown, or on resume).
+    estimated_rows: int | None = None
 
 
 @dataclass
@@ -321,8 +323,20 @@ def _start(dialect: Dialect, task: StartTask) -> TableStarted:
     # The log must carry the table before its first chunk, or in-window changes would be
     # missed: add it to the capture (publication) first. Committed when this returns.
     added = dialect.ensure_captured([task.table])
-    max_key = None if task.known_max_key else dialect.max_key(schema, key_columns, task.condition)
-    return TableStarted(task, schema, tuple(key_columns), max_key, added)
+    if task.known_max_key:  # resumed: the estimate taken at the start is in state
+        return TableStarted(task, schema, tuple(key_columns), None, added)
+    max_key = dialect.max_key(schema, key_columns, task.condition)
+    estimate = _estimated_rows(dialect, schema)
+    return TableStarted(task, schema, tuple(key_columns), max_key, added, estimate)
+
+
+def _estimated_rows(dialect: Dialect, schema: TableSchema) -> int | None:
+    """The table's row estimate, for progress only: no failure of it fails a snapshot."""
+    try:
+        return dialect.estimated_rows(schema)
+    except Exception:
+        log.debug("no row estimate for %s", schema.table, exc_info=True)
+        return None
 
 
 def _read_chunk(

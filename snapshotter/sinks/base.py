@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from snapshotter.core.events import ChangeEvent
 from snapshotter.core.window import ReadBatch, StagedReadBatch
@@ -75,3 +75,37 @@ class Sink(Protocol):
         """Flush, make durable and release resources (acks of a final checkpoint are
         available from ``acknowledged`` before close returns)."""
         ...
+
+
+@runtime_checkable
+class SinkMetrics(Protocol):
+    """What a sink may add to the metrics endpoint (optional: a sink without ``metrics``
+    reports nothing of its own). Called from the endpoint's thread, not the engine's: read
+    plain counters only, never wait on the sink's locks."""
+
+    def metrics(self) -> Mapping[str, float]:
+        """Gauges by name (``[a-z_]+``, in base units; exported as ``snapshotter_sink_<name>``),
+        e.g. ``{"staged_bytes": 123.0}``."""
+        ...
+
+
+@runtime_checkable
+class SinkNotifications(Protocol):
+    """A sink that takes Debezium's notification records (``[notifications] channels``
+    with "sink"; optional: ``notify_sink`` passes over a sink without ``notify``). Called on
+    the engine's thread, between ``write`` calls, so it shares the sink's state safely; it
+    must not wait long (a few records per chunk)."""
+
+    def notify(self, records: Sequence[Mapping[str, Any]], topic: str) -> None:
+        """Write notification records (``core.notifications.Notification.to_dict``) to the
+        sink's notification stream named ``topic`` (each sink says where that is)."""
+        ...
+
+
+def notify_sink(sink: object, records: Sequence[Mapping[str, Any]], topic: str) -> bool:
+    """Hand ``records`` to ``sink`` if it takes notifications; whether it does."""
+    if not isinstance(sink, SinkNotifications):
+        return False
+    if records:
+        sink.notify(records, topic)
+    return True

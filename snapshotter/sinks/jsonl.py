@@ -22,6 +22,7 @@ half line nor a duplicate: the log replays what came after.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -42,7 +43,14 @@ from snapshotter.sinks.encoding import (
     encode_value,
 )
 
-__all__ = ["JsonlSink", "JsonlSinkError", "encode_row"]
+__all__ = ["JsonlSink", "JsonlSinkError", "encode_row", "notifications_path"]
+
+
+def notifications_path(path: str | Path) -> Path:
+    """Where the sink writes notification records: ``events.jsonl`` ->
+    ``events.notifications.jsonl``, beside it."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.notifications.jsonl")
 
 
 class JsonlSinkError(RuntimeError):
@@ -162,6 +170,23 @@ class JsonlSink:
                 file.close()
             except OSError as exc:  # what it still buffered was never acknowledged
                 raise self._write_failed(exc) from exc
+
+    def notify(self, records: Sequence[Mapping[str, Any]], topic: str) -> None:
+        """Notification records (``[notifications] channels`` "sink") as lines of a file
+        of their own beside the events (``notifications_path``), shaped as event lines:
+        ``{"topic": ..., "key": {"id": ...}, "value": <record>}``. Appended and flushed,
+        never cut back: they report what happened, which a replay does not undo."""
+        lines = "".join(
+            json.dumps(
+                {"topic": topic, "key": {"id": r["id"]}, "value": r},
+                ensure_ascii=False,
+                separators=(",", ":"),
+            )
+            + "\n"
+            for r in records
+        )
+        with open(notifications_path(self.path), "a", encoding="utf-8", newline="\n") as out:
+            out.write(lines)
 
     def _write_failed(self, exc: OSError) -> JsonlSinkError:
         """A failed write (a full disk) as an error naming the file. What was not

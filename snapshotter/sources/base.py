@@ -170,6 +170,12 @@ class Dialect(Protocol):
         """The largest key under the filter, or None when no row matches."""
         ...
 
+    def estimated_rows(self, schema: TableSchema) -> int | None:
+        """The table's row count from the database's statistics (cheap: no scan, no
+        filter), for progress and ETA only; None when the statistics do not know (never
+        analyzed). May be stale or rough; the engine treats any error as None."""
+        ...
+
     def read_chunk(self, spec: ChunkSpec) -> ChunkRows:
         """The rows of ``spec``'s range under its filter, in key order, at most
         ``spec.limit``, in one READ ONLY transaction that has ended when this returns.

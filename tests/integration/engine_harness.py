@@ -96,6 +96,7 @@ class Capture:
     # standalone cluster of scripts/services up spark) or a Spark Connect URL (sc://...)
     spark: str = ""
     executors: int = 0  # [snapshot] executors: chunks read on Spark executors (spark sink)
+    sink_config: str = ""  # spark: more [sink] settings
 
     def __post_init__(self) -> None:
         tag = uuid.uuid4().hex[:10]
@@ -158,7 +159,7 @@ executors = {self.executors}
         cores = '\nconf = { "spark.cores.max" = "1" }' if spark.startswith("spark://") else ""
         return (
             f'[sink]\nkind = "spark"\npath = "lake"\nformat = "{self.sink_format}"\n'
-            "compact_min_rows = 20000\n\n"
+            f"compact_min_rows = 20000\n{self.sink_config}\n\n"
             f'[spark]\n{where} = "{spark}"{cores}\n'
         )
 
@@ -188,17 +189,49 @@ executors = {self.executors}
         finally:
             dialect.close()
 
-    def landed_rows(self, table: str) -> dict[str, dict[str, Any]]:
+    def landed_rows(self, table: str, *, plain: bool = True) -> dict[str, dict[str, Any]]:
         """The landed current state of ``table``, read with Spark: canonical key -> row
-        (data columns only, as Python values)."""
+        (data columns only, as Python values). With ``plain`` (call it once the engine has
+        stopped), also as a reader that knows nothing of snapshotter reads it
+        (``spark.read.parquet(<table>/current)``), which must be the same."""
         from snapshotter.sinks.spark.lander import data_columns
 
         key = self.key_of(table)
-        state = self.lander().current_state(self.table_id(table))
+        lander = self.lander()
+        state = lander.current_state(self.table_id(table))
         if state is None:
             return {}
         rows = state.select(*[f"`{c}`" for c in data_columns(state)]).toArrow().to_pylist()
-        return {_canonical_key(r, key): r for r in rows}
+        merged = {_canonical_key(r, key): r for r in rows}
+        if plain:
+            seen = self.plain_landed_rows(table)
+            assert len(seen) == len(merged) and seen == merged, (
+                f"a plain reader of {table}'s current/ sees {len(seen)} rows, "
+                f"{sum(1 for k in merged if seen.get(k) != merged[k])} differing from the "
+                f"exact state's {len(merged)}"
+            )
+        return merged
+
+    def plain_landed_rows(self, table: str) -> dict[str, dict[str, Any]]:
+        """``current/`` read the way a Spark user reads it: ``spark.read.parquet`` (or
+        Delta's reader), the data columns; a key seen twice fails."""
+        from snapshotter.sinks.spark.lander import data_columns
+
+        lander = self.lander()
+        path = f"{lander.table_path(self.table_id(table))}/current"
+        if self.config.sink.format == "delta":
+            df = lander.spark.read.format("delta").load(path)
+        else:
+            df = lander.spark.read.parquet(path)
+        columns = [c for c in data_columns(df) if c != "v"]
+        rows = df.select(*[f"`{c}`" for c in columns]).toArrow().to_pylist()
+        key = self.key_of(table)
+        out: dict[str, dict[str, Any]] = {}
+        for r in rows:
+            k = _canonical_key(r, key)
+            assert k not in out, f"a plain reader of {table}'s current/ sees key {k} twice"
+            out[k] = r
+        return out
 
     def source_rows(self, table: str) -> dict[str, dict[str, Any]]:
         """The table at the source, converted as the sink converts rows for landing:

@@ -94,6 +94,9 @@ def snapshots_complete(world: World) -> None:
         snapshot = f"{progress.signal_id}/{progress.table}"
         if progress.status is not SnapshotStatus.DONE or snapshot not in closes:
             continue  # not finished, or nothing to read (empty at its start)
+        if progress.started_ms is None or progress.estimated_rows is None:
+            # Set at the start and saved with it: no crash or resume may lose them.
+            raise SimFailure(f"{snapshot} finished without its start time or row estimate")
         end = closes[snapshot]
         table = progress.table
         upto = [e for e in events if e.table == table and e.position.parts[0] <= end.parts[0]]

@@ -250,6 +250,7 @@ class World:
             sleep=self.wait,
             start_workers=self._start_workers,
             new_window_id=self._window_id,
+            wall_ms=lambda: round(self.clock() * 1000),  # no wall clock: seeds replay exactly
         )
         self.engine = engine
         kept = int(engine.state.sink.get("offset", 0))

@@ -106,6 +106,10 @@ class SimDialect:
         keys = self._keys(schema, None, None)
         return keys[-1] if keys else None
 
+    def estimated_rows(self, schema: TableSchema) -> int | None:
+        # Exact, and without an outage draw: the seeds' random sequences stay as they were.
+        return len(self._db.latest(schema.table))
+
     def chunk_bound(self, spec: ChunkSpec) -> Key | None:
         self._query("chunk bound")
         keys = self._keys(spec.schema, spec.after, spec.upto)

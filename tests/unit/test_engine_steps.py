@@ -34,6 +34,7 @@ from snapshotter.sources.log import Change, Commit, LogItem, Progress
 SIGNALS = TableId("public", "debezium_signal")
 ITEMS = TableId("public", "items")
 SCHEMA = TableSchema(ITEMS, (ColumnInfo("id", "bigint", 20, False, pa.int64()),), ("id",))
+WALL = 1_700_000_000_000  # the injected wall clock at the fake clock's 0 (epoch ms)
 
 
 class Clock:
@@ -79,6 +80,12 @@ class FakeDialect:
     def __init__(self, db: Database) -> None:
         self.db = db
         self.closed = False
+        self.estimate_error: Exception | None = None
+
+    def estimated_rows(self, schema: TableSchema) -> int | None:
+        if self.estimate_error is not None:
+            raise self.estimate_error
+        return len(self.db.ids)
 
     def describe(self, table: TableId) -> TableSchema:
         return SCHEMA
@@ -271,6 +278,7 @@ class Setup:
             clock=self.clock,
             sleep=self.clock.sleep,
             start_workers=start_workers,
+            wall_ms=lambda: WALL + round(self.clock.now * 1000),
         )
 
     def until_caught_up(self, steps: int = 500) -> int:
@@ -338,3 +346,41 @@ def test_a_second_engine_on_the_saved_state_executes_nothing_twice(tmp_path: Pat
     (new,) = sink.items[len(before) :]  # only the new change, no READ rows again
     assert isinstance(new, ChangeEvent) and new.key == (99,)
     assert len(again.store.load().snapshots) == 1
+
+
+def test_the_start_records_the_row_estimate_and_the_start_time(tmp_path: Path) -> None:
+    db, sink = Database(range(1, 11)), MemorySink()
+    db.signal(ExecuteSnapshot("go", (ITEMS,)))
+    run = Setup(tmp_path, db, sink)
+    run.clock.now = 7.0
+    assert run.until_caught_up() == 0
+    (progress,) = run.store.load().snapshots
+    assert progress.estimated_rows == 10 and progress.rows_read == 10
+    assert progress.started_ms == WALL + 7_050  # the answer came at the second step
+
+
+def test_a_failing_estimate_never_fails_the_snapshot(tmp_path: Path, caplog: Any) -> None:
+    db, sink = Database(range(1, 11)), MemorySink()
+    db.signal(ExecuteSnapshot("go", (ITEMS,)))
+    run = Setup(tmp_path, db, sink)
+    run.dialect.estimate_error = RuntimeError("permission denied for pg_class")
+    with caplog.at_level("DEBUG", logger="snapshotter.chunks"):
+        assert run.until_caught_up() == 0
+    (progress,) = run.store.load().snapshots
+    assert progress.status is SnapshotStatus.DONE and progress.rows_emitted == 10
+    assert progress.estimated_rows is None and progress.started_ms == WALL + 50
+    assert any("no row estimate for public.items" in r.getMessage() for r in caplog.records)
+
+
+def test_a_resumed_start_takes_no_new_estimate() -> None:
+    from snapshotter.engine.workers import StartTask, TableStarted
+
+    dialect = FakeDialect(Database(range(1, 4)))
+    answers: list[Result] = []
+    for known in (False, True):
+        task = StartTask(ITEMS, "go", None, None, known_max_key=known)
+        run_task(task, dialect, PhaseHooks(), answers.append)  # type: ignore[arg-type]
+    first, resumed = answers
+    assert isinstance(first, TableStarted) and isinstance(resumed, TableStarted)
+    assert (first.max_key, first.estimated_rows) == ((3,), 3)
+    assert (resumed.max_key, resumed.estimated_rows) == (None, None)  # state keeps the first

@@ -87,6 +87,36 @@ ACK_SLACK_S = 10.0  # on top of the delivery timeout, before unacknowledged send
 Message = tuple[str, bytes | None, bytes | None, int | None]
 
 
+# The Connect schemas of notification messages (Debezium's SchemaFactory's notification
+# key and value schemas), for ``schemas = true``.
+_NOTIFICATION_KEY_SCHEMA = {
+    "type": "struct",
+    "name": "io.debezium.connector.common.NotificationKey",
+    "version": 1,
+    "optional": False,
+    "fields": [{"field": "id", "type": "string", "optional": False}],
+}
+_NOTIFICATION_VALUE_SCHEMA = {
+    "type": "struct",
+    "name": "io.debezium.connector.common.Notification",
+    "version": 1,
+    "optional": False,
+    "fields": [
+        {"field": "id", "type": "string", "optional": False},
+        {"field": "aggregate_type", "type": "string", "optional": False},
+        {"field": "type", "type": "string", "optional": False},
+        {
+            "field": "additional_data",
+            "type": "map",
+            "keys": {"type": "string", "optional": False},
+            "values": {"type": "string", "optional": False},
+            "optional": True,
+        },
+        {"field": "timestamp", "type": "int64", "optional": True},
+    ],
+}
+
+
 class KafkaSinkError(RuntimeError):
     """The sink cannot go on; the message says why and what to do."""
 
@@ -162,6 +192,7 @@ class KafkaSink:
         self._producer: Producer | None = None
         self._admin: Admin | None = None
         self._topics: dict[TableId, _Topic] = {}
+        self._notification_topics: set[str] = set()  # created (or found) already
         self._pending: deque[_Checkpoint] = deque()
         self._checkpoint_id = 0
         self._messages = 0  # acknowledged, over the sink's life (carried by resume)
@@ -284,6 +315,18 @@ class KafkaSink:
             acks.append(Ack(head.id, {"messages": self._messages}))
         return acks
 
+    def metrics(self) -> Mapping[str, float]:
+        """For the metrics endpoint (its thread): reads only (``list`` copies the deque in
+        one step; a value one step old is all a scrape needs)."""
+        pending = list(self._pending)
+        return {
+            # sent with a checkpoint Kafka has not acknowledged whole yet
+            "unacked_messages": float(sum(len(c.sends) for c in pending)),
+            # sent since the producer was last flushed; past the limit the sink waits
+            "unflushed_bytes": float(self._unflushed),
+            "unflushed_limit_bytes": float(self._max_unflushed),
+        }
+
     def close(self) -> None:
         if self._producer is None:
             return
@@ -299,6 +342,29 @@ class KafkaSink:
                 self._admin = None
 
     # ------------------------------------------------------------------ messages
+
+    def notify(self, records: Sequence[Mapping[str, Any]], topic: str) -> None:
+        """Notification records to ``topic`` (created as the table topics are), as
+        Debezium's sink channel sends them: key ``{"id": ...}``, value the record; with
+        ``schemas``, wrapped with their Connect schemas."""
+        if self._producer is None:
+            raise KafkaSinkError("the Kafka sink is not open")
+        if topic not in self._notification_topics:
+            self._ensure_topic(topic)
+            self._notification_topics.add(topic)
+        for record in records:
+            key = {"id": record["id"]}
+            if self._schemas:
+                key_out: Any = {"schema": _NOTIFICATION_KEY_SCHEMA, "payload": key}
+                value_out: Any = {"schema": _NOTIFICATION_VALUE_SCHEMA, "payload": record}
+            else:
+                key_out, value_out = key, record
+            self._send(
+                topic,
+                json.dumps(key_out, separators=(",", ":")).encode("utf-8"),
+                json.dumps(value_out, separators=(",", ":"), ensure_ascii=False).encode("utf-8"),
+                None,
+            )
 
     def _key_names(self, table: TableId, names: dict[TableId, tuple[str, ...]]) -> tuple[str, ...]:
         columns = names.get(table)

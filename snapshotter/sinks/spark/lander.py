@@ -30,6 +30,12 @@ Landing costs in proportion to the batch, not the table:
   and the old one is deleted: each row is rewritten a bounded number of times on average, so
   the total cost stays linear. A plain Parquet reader of ``current/`` sees the state as of the
   last compaction; ``current_state`` (and ``snapshotter verify``) see the exact state.
+  So that a plain reader (``spark.read.parquet(<table>/current)``, knowing nothing of
+  snapshotter) sees the exact state too whenever the engine is stopped or quiet, every tail
+  is folded in when the sink closes (``compact_idle``: after ``run --until-caught-up``,
+  ``SIGTERM``) and when nothing has landed for a while (the sink's idle compaction), and a
+  base directory no metadata names (a compaction a crash cut short) is removed before the
+  table's next landing or compaction.
 * Parquet, appends that need no merge: while a table never landed before gets nothing but
   READ rows of keys it never had (a first snapshot without log traffic on the table:
   ``landing.appends`` decides, exactly), those rows are written straight into the base as
@@ -186,6 +192,7 @@ class Lander:
         # parquet: tables never landed before this process: the keys landed since, to tell
         # READ rows that are appends needing no merge (``landing.appends``).
         self._known: dict[TableId, KnownKeys] = {}
+        self._writes_checked: set[TableId] = set()  # tables ``_writing`` has looked at
 
     # ------------------------------------------------------------------ paths and metadata
 
@@ -208,6 +215,30 @@ class Lander:
         meta = TableMeta.from_json(text, path)
         self._metas[table] = meta
         return meta
+
+    def _writing(self, table: TableId, meta: TableMeta | None) -> None:
+        """Before this lander first writes a table: clear what a crash left in it. Never done
+        by a lander that only reads (verify, status): it would race a running engine's
+        compaction."""
+        if table in self._writes_checked:
+            return
+        self._writes_checked.add(table)
+        if meta is not None and meta.format == "parquet":
+            self._remove_stray_bases(table, meta.base, crashed=True)
+
+    def _remove_stray_bases(self, table: TableId, base: int | None, *, crashed: bool) -> None:
+        """Delete ``current/v=*`` directories other than the base the metadata names: what a
+        compaction cut short by a crash left (written, or half written, before the metadata
+        named it; the changelog still holds its rows). A plain reader of ``current/`` would
+        see their rows twice."""
+        keep = None if base is None else f"v={base:012d}"
+        selector = pafs.FileSelector(self._fs_path(table, "current"), allow_not_found=True)
+        for info in self._fs.get_file_info(selector):
+            name = info.base_name
+            if info.type is pafs.FileType.Directory and name.startswith("v=") and name != keep:
+                if crashed:
+                    log.info("%s: removing %s, left by an unfinished compaction", table, name)
+                self._fs.delete_dir(info.path)
 
     def _save_meta(self, table: TableId, meta: TableMeta) -> None:
         self._fs.create_dir(self._fs_path(table), recursive=True)
@@ -262,6 +293,7 @@ class Lander:
         staged = [s for _, s in parts]
         keys = list(staged[-1].key_columns)
         meta = self.meta(table)
+        self._writing(table, meta)
         if meta is None:
             meta = TableMeta(table.schema or "", table.table, self.format, keys)
             if self.format == "parquet":
@@ -301,21 +333,30 @@ class Lander:
     def compaction_due(self, meta: TableMeta, *, idle: bool = False) -> bool:
         """Whether the tail is worth folding into a new base: while landing, once it reaches
         ``compact_ratio`` of the base and ``compact_min_rows``; when idle (the sink closes),
-        the minimum does not apply, so ``current/`` is a plain, exact table after a run."""
+        any tail is, so ``current/`` is a plain, exact table after a run (issue 19: a tail
+        below the ratio left a plain reader thousands of rows behind)."""
         if self.format != "parquet" or meta.tail_rows == 0 or meta.covered == meta.landed_through:
             return False
-        least = 1 if idle else self.compact_min_rows
-        return meta.tail_rows >= max(least, self.compact_ratio * meta.base_rows)
+        if idle:
+            return True
+        return meta.tail_rows >= max(self.compact_min_rows, self.compact_ratio * meta.base_rows)
 
-    def compact_idle(self) -> list[TableId]:
-        """Compact every table whose tail is due (see ``compaction_due``); the sink calls this
-        when it closes."""
+    def compact_idle(self, *, respect_holds: bool = False) -> list[TableId]:
+        """Compact every table with a tail (see ``compaction_due``): the sink calls this when
+        it closes, and when nothing has landed for a while (then ``respect_holds``: not the
+        tables being snapshotted)."""
         done = []
         for table, meta in list(self._metas.items()):
+            if respect_holds and self.hold_compaction(table):
+                continue
             if self.compaction_due(meta, idle=True):
                 self.compact(table)
                 done.append(table)
         return done
+
+    def has_tails(self) -> bool:
+        """Whether a plain reader of some table's ``current/`` would miss landed rows."""
+        return any(self.compaction_due(meta, idle=True) for meta in self._metas.values())
 
     def waiting_compactions(self) -> list[TableId]:
         """Tables due a compaction (held or not): what a landing left for later."""
@@ -512,6 +553,7 @@ class Lander:
         meta = self.meta(table)
         if meta is None or self.format != "parquet":
             return
+        self._writing(table, meta)
         upto = meta.landed_through
         if meta.covered == upto:
             return
@@ -521,12 +563,11 @@ class Lander:
         state.write.mode("overwrite").parquet(target)
         # Counted from the footers: a Spark count would read the new base again.
         rows = parquet_rows(self._fs, self._fs_path(table, "current", f"v={upto:012d}"))
-        old = meta.base
         meta.base, meta.base_rows, meta.tail_rows = upto, rows, 0
         meta.base_through = None  # the new base holds the appends too
         self._save_meta(table, meta)
-        if old is not None and old != upto:
-            self._fs.delete_dir(self._fs_path(table, "current", f"v={old:012d}"))
+        # The old base, and any a crash left: current/ holds the new base only.
+        self._remove_stray_bases(table, upto, crashed=False)
         log.info(
             "%s: current state compacted at batch %d: %d rows in %.1f s",
             table,

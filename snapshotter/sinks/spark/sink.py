@@ -76,6 +76,10 @@ MAX_GROUP_BYTES = 256 * 1024 * 1024  # one landing takes at most this much stage
 # compaction waits until then (a snapshot's rows are compacted once, after it, instead of at
 # every step of the table's growth), and landings wait to take several batches at once.
 SNAPSHOT_QUIET_S = 5.0
+# Idle compaction (a plain reader's current/ made exact while the engine runs): at most this
+# share of the lander's time goes to it, so a trickle of changes to a large table does not
+# rewrite its base over and over (the wait after one grows with its cost).
+IDLE_COMPACT_SHARE = 0.1
 # Checkpoints handed to the stager and not yet staged, at most: bounds the memory of collected
 # rows when staging is slower than the stream.
 STAGE_AHEAD = 2
@@ -104,9 +108,12 @@ class SparkSink:
         root: str,
         fmt: str,
         spark: Callable[[], Any] | None = None,
+        compact_idle_s: float | None = None,
     ) -> None:
         """``spark``: the Spark session, for READ rows read on executors
-        (``StagedReadBatch``), which are staged by Spark."""
+        (``StagedReadBatch``), which are staged by Spark. ``compact_idle_s``: fold every
+        table's changelog tail into its current state once nothing has landed for this long
+        (None: only when the sink closes)."""
         self._spark = spark
         self._staging = staging
         self._open_lander = open_lander
@@ -134,6 +141,11 @@ class SparkSink:
         self._closing = False
         self._read_at: dict[TableId, float] = {}  # when READ rows of a table were last staged
         self._compact_pending = False  # a landing left compactions that waited for a snapshot
+        # Idle compaction: seconds of quiet before it (None: never), and when it may run next
+        # (monotonic; None: no tail waits for it).
+        self._compact_idle_s = compact_idle_s
+        self._idle_compact_at: float | None = None
+        self._idle_compact_cost = 0.0  # seconds the last idle compaction took
         self._failure: str | None = None
         self._thread: threading.Thread | None = None
         self.landed: list[Landed] = []  # what each landing did (bench, tests)
@@ -171,6 +183,7 @@ class SparkSink:
             root=sink.path,
             fmt=sink.format,
             spark=session,
+            compact_idle_s=sink.compact_idle_s or None,
         )
 
     # ------------------------------------------------------------------ Sink protocol
@@ -248,6 +261,22 @@ class SparkSink:
         with self._cond:
             acks, self._acks = self._acks, []
         return acks
+
+    def metrics(self) -> Mapping[str, float]:
+        """For the metrics endpoint (its thread): plain int reads, no lock (a value one step
+        old is all a scrape needs)."""
+        return {
+            "staged_bytes": float(self._staged_bytes),  # staged, not yet landed
+            "staged_limit_bytes": float(self._max_staged),  # backpressure bound
+            "unstaged_checkpoints": float(self._unstaged),
+        }
+
+    def notify(self, records: Sequence[Mapping[str, Any]], topic: str) -> None:
+        """Notification records as a small Parquet file under ``<root>/_notifications``
+        (``sinks.spark.notifications``; the topic name is not needed)."""
+        from snapshotter.sinks.spark.notifications import write_notifications
+
+        write_notifications(self._root, records)
 
     def close(self) -> None:
         if self._thread is None:
@@ -511,6 +540,7 @@ class SparkSink:
                     del self._queue[: len(group)]
                     self._staged_bytes -= sum(b.bytes for b in group)
                     self._compact_pending = True
+                self._plan_idle_compaction()
                 self._landing = False
                 self._cond.notify_all()
 
@@ -538,7 +568,23 @@ class SparkSink:
                 elif wait == 0:
                     self._compact_pending = False
                     return []
+            if self._idle_compact_at is not None:
+                idle_wait = max(0.0, self._idle_compact_at - time.monotonic())
+                if idle_wait == 0:
+                    return []
+                wait = idle_wait if wait is None else min(wait, idle_wait)
             self._cond.wait(wait)
+
+    def _plan_idle_compaction(self) -> None:
+        """After a landing or compaction (with _cond held, on the lander thread): when a
+        table's tail would leave a plain reader of current/ behind, compact it once nothing
+        has landed for compact_idle_s (and the last idle compaction's cost allows)."""
+        assert self._lander is not None
+        if self._compact_idle_s is None or not self._lander.has_tails():
+            self._idle_compact_at = None
+            return
+        pause = max(self._compact_idle_s, self._idle_compact_cost / IDLE_COMPACT_SHARE)
+        self._idle_compact_at = time.monotonic() + pause
 
     def _compact_released(self) -> None:
         """The compactions that waited for a snapshot to end, now that it has (the lander is
@@ -546,6 +592,10 @@ class SparkSink:
         assert self._lander is not None
         try:
             self._lander.compact_released()
+            if self._idle_compact_at is not None and time.monotonic() >= self._idle_compact_at:
+                started = time.monotonic()
+                if self._lander.compact_idle(respect_holds=True):
+                    self._idle_compact_cost = time.monotonic() - started
         except Exception as exc:
             log.warning("compacting the current state failed: %s", _first_line(exc))
 

@@ -367,6 +367,28 @@ class MySqlDialect(SqlDialect):
         (key,) = self._model_rows(schema, keys, rows, keys)
         return checked_key(schema.table, key, "maximum key")
 
+    def estimated_rows(self, schema: TableSchema) -> int | None:
+        """``information_schema.TABLES.TABLE_ROWS``: InnoDB's estimate from sampled pages
+        (often tens of percent off); None when the server has none."""
+        table = schema.table.with_default_schema(self._default_schema)
+        with self.engine.connect() as conn:
+            if not conn.dialect.is_mariadb:  # type: ignore[attr-defined]
+                # MySQL 8 serves cached statistics up to a day old unless told otherwise
+                # (this session only; put back before the connection returns to the pool).
+                conn.execute(sa.text("SET SESSION information_schema_stats_expiry = 0"))
+            try:
+                value = conn.execute(
+                    sa.text(
+                        "SELECT TABLE_ROWS FROM information_schema.TABLES "
+                        "WHERE TABLE_SCHEMA = :s AND TABLE_NAME = :t"
+                    ),
+                    {"s": table.schema, "t": table.table},
+                ).scalar()
+            finally:
+                if not conn.dialect.is_mariadb:  # type: ignore[attr-defined]
+                    conn.execute(sa.text("SET SESSION information_schema_stats_expiry = DEFAULT"))
+        return None if value is None else max(0, int(value))
+
     def read_chunk(self, spec: ChunkSpec) -> ChunkRows:
         sql, params = self._statement(spec, False)
         rows = self._read(spec.table, CHUNK_QUERY, sql, params, spec.filtered)

@@ -117,6 +117,27 @@ _RESET_SESSION = (
     "CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT; RESET ALL; UNLISTEN *; "
     "SELECT pg_advisory_unlock_all(); DISCARD TEMP; DISCARD SEQUENCES; " + _SESSION_SETTINGS
 )
+# The row estimate of a table (or of a partitioned table's leaves), for progress only:
+# reltuples per page of the last ANALYZE or VACUUM times the pages there are now, as the
+# planner estimates; a part never analyzed (-1) counts 0, and if none was, unknown (NULL).
+_ESTIMATE_LIMITS = ("SET LOCAL lock_timeout = '1s'", "SET LOCAL statement_timeout = '5s'")
+_ESTIMATE_QUERY = (
+    "SELECT CASE WHEN bool_and(c.reltuples < 0) THEN NULL ELSE sum("
+    "  CASE WHEN c.reltuples < 0 THEN 0"
+    "    WHEN c.relpages > 0 THEN CAST(c.reltuples AS float8) / c.relpages"
+    "      * (pg_catalog.pg_relation_size(c.oid)"
+    "         / CAST(pg_catalog.current_setting('block_size') AS int))"
+    "    ELSE c.reltuples END) END "
+    "FROM pg_catalog.pg_class t "
+    "JOIN pg_catalog.pg_namespace n ON n.oid = t.relnamespace "
+    "CROSS JOIN LATERAL ("
+    "  SELECT t.oid AS oid WHERE t.relkind <> 'p' "
+    "  UNION ALL SELECT p.relid FROM pg_catalog.pg_partition_tree(CAST(t.oid AS regclass)) p "
+    "  WHERE t.relkind = 'p' AND p.isleaf"
+    ") leaf "
+    "JOIN pg_catalog.pg_class c ON c.oid = leaf.oid "
+    "WHERE n.nspname = :schema AND t.relname = :table"
+)
 # statement_timeout's SQLSTATE (query_canceled, shared with any cancel request).
 _QUERY_CANCELED = "57014"
 
@@ -432,6 +453,20 @@ class PostgresDialect(SqlDialect):
 
         rows, _ = self._read(schema.table, "max-key query", statement, condition is not None)
         return _key_of(schema, keys, rows, "maximum key")
+
+    def estimated_rows(self, schema: TableSchema) -> int | None:
+        """The planner's row estimate: ``reltuples`` scaled to the table's current size (as
+        the planner does), summed over the leaf partitions of a partitioned table; None
+        when no part was ever analyzed (``reltuples`` -1)."""
+        table = schema.table.with_default_schema(DEFAULT_SCHEMA)
+        with self.engine.connect() as conn:
+            # pg_relation_size takes the lock a SELECT takes: never wait on DDL for this.
+            for limit in _ESTIMATE_LIMITS:
+                conn.execute(sa.text(limit))
+            value = conn.execute(
+                sa.text(_ESTIMATE_QUERY), {"schema": table.schema, "table": table.table}
+            ).scalar()
+        return None if value is None else max(0, round(float(value)))
 
     def read_chunk(self, spec: ChunkSpec) -> ChunkRows:
         statement = partial(self._statement, spec, False)

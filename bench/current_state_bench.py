@@ -1,0 +1,141 @@
+"""What an exact ``current/`` for plain Spark readers costs: the compaction the Spark sink now
+runs when a run ends (and after compact_idle_s of quiet), against the same catch-up without
+it, with a plain pyarrow copy of the table as the baseline, in one run.
+
+    python bench/current_state_bench.py                       # 1M rows, 1% changed, 3 rounds
+    python bench/current_state_bench.py --rows 100000 --rounds 1
+
+One PostgreSQL table (``e2e/sources.py``), Spark in local mode (local[2]); per round:
+
+* A: the whole table read and written with pyarrow (the baseline).
+* snapshot: ``init``, ``execute-snapshot``, ``run --until-caught-up`` into a fresh lake: the
+  first landing (READ rows of new keys are appended to current/: no compaction).
+* catch-up: ``--changed`` of the rows updated (a tail below compact_ratio, which issue 19's
+  plain reader missed), then ``run --until-caught-up``; its time is split into the landing
+  and the closing compaction (from the lander's "compacted" log line): the compaction is the
+  price of exactness; before issue 19 the run ended without it.
+
+The Spark session starts before the rounds (no line pays for it). Markdown on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from e2e.common import toml_text
+from e2e.sources import Postgres, service_url
+
+TABLE = "bench_items"
+_COMPACTED = re.compile(r"current state compacted at batch \d+: (\d+) rows in ([0-9.]+) s")
+
+
+class _Compactions(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seconds: list[float] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        m = _COMPACTED.search(record.getMessage())
+        if m:
+            self.seconds.append(float(m.group(2)))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--changed", type=float, default=0.01, help="share of rows updated")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--url", help="PostgreSQL URL (else scripts/services)")
+    args = parser.parse_args()
+
+    from snapshotter.app.cli import main as cli
+    from snapshotter.config import SparkConfig
+    from snapshotter.sinks.spark.session import spark_session
+
+    db = Postgres(
+        service_url("postgres", "SNAPSHOTTER_PG_URL", args.url), f"cb_{uuid.uuid4().hex[:8]}"
+    )
+    work = Path(tempfile.mkdtemp(prefix="current-bench-"))
+    compactions = _Compactions()
+    logging.getLogger("snapshotter.sinks.spark.lander").addHandler(compactions)
+    every = max(1, round(1 / args.changed))
+    lines: dict[str, list[float]] = {"A": [], "snapshot": [], "catch-up": [], "compaction": []}
+    try:
+        db.create()
+        db.load(TABLE, args.rows)
+        spark_session(SparkConfig(master="local[2]"))
+        for round_ in range(args.rounds):
+            lines["A"].append(db.plain_read(TABLE, work / "plain.parquet").seconds)
+            tag = uuid.uuid4().hex[:8]
+            run = work / f"run-{tag}"
+            run.mkdir()
+            db.slots.append(f"cb_{tag}")
+            config = run / "snapshotter.toml"
+            config.write_text(
+                toml_text(
+                    {
+                        "source": {
+                            "kind": "postgres",
+                            "url": db.url,
+                            "tables": [f"{db.schema}.{TABLE}"],
+                            "signal_table": f"{db.schema}.debezium_signal",
+                            "slot": f"cb_{tag}",
+                            "publication": f"cb_{tag}",
+                        },
+                        "sink": {"kind": "spark", "path": str(run / "lake")},
+                        "state": {"dir": str(run / "state")},
+                        "spark": {"master": "local[2]"},
+                    }
+                )
+            )
+            cfg = str(config)
+            assert cli(["init", "-c", cfg]) == 0
+            assert cli(["signal", "execute-snapshot", f"{db.schema}.{TABLE}", "-c", cfg]) == 0
+            started = time.perf_counter()
+            assert cli(["run", "-c", cfg, "--until-caught-up"]) == 0
+            lines["snapshot"].append(time.perf_counter() - started)
+            db.sql(f"UPDATE {db.name(TABLE)} SET score = -1 WHERE id % {every} = 0")
+            compactions.seconds.clear()
+            started = time.perf_counter()
+            assert cli(["run", "-c", cfg, "--until-caught-up"]) == 0
+            lines["catch-up"].append(time.perf_counter() - started)
+            lines["compaction"].append(sum(compactions.seconds))
+            cli(["teardown", "-c", cfg, "--yes"])
+            shutil.rmtree(run, ignore_errors=True)
+            print(
+                f"round {round_ + 1}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in lines.items()),
+                file=sys.stderr,
+            )
+    finally:
+        db.drop()
+        shutil.rmtree(work, ignore_errors=True)
+    med = {k: statistics.median(v) for k, v in lines.items()}
+    a = lines["A"]
+    changed = args.rows // every
+    print(f"\n{args.rows} rows, {changed} updated after the snapshot, {args.rounds} round(s)\n")
+    print("| line | seconds (median) | ratio of A's time (median of rounds) |")
+    print("|---|---:|---:|")
+    for key, label in (
+        ("A", "A: plain read, pyarrow Parquet of the whole table"),
+        ("snapshot", "snapshot landed (appends, no compaction)"),
+        ("catch-up", f"catch-up of {changed} updates, with the closing compaction"),
+        ("compaction", "  of which the closing compaction (the price of an exact current/)"),
+    ):
+        ratio = statistics.median(s / ax for ax, s in zip(a, lines[key], strict=True))
+        print(f"| {label} | {med[key]:.2f} | {ratio:.2f}x |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
