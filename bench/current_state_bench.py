@@ -105,7 +105,7 @@ def main() -> int:
             started = time.perf_counter()
             assert cli(["run", "-c", cfg, "--until-caught-up"]) == 0
             lines["snapshot"].append(time.perf_counter() - started)
-            db.sql(f"UPDATE {db.name(TABLE)} SET score = -1 WHERE id % {every} = 0")
+            db.sql(f"UPDATE {db.name(TABLE)} SET score = -1 WHERE id %% {every} = 0")
             compactions.seconds.clear()
             started = time.perf_counter()
             assert cli(["run", "-c", cfg, "--until-caught-up"]) == 0

@@ -218,7 +218,12 @@ def test_a_plain_reader_of_current_sees_the_exact_state_while_running_and_after(
     after a run ends even when a crash left a half-done compaction behind."""
     from tests.integration.test_convergence import state_of, wait_for
 
-    cap: Capture = capture(chunk_size=500, sink="spark", sink_config="compact_idle_s = 1")
+    cap: Capture = capture(
+        chunk_size=500,
+        sink="spark",
+        sink_config="compact_idle_s = 1",
+        extra_config='[notifications]\nchannels = ["sink"]\n',  # Debezium's, into Spark
+    )
     items = f'"{cap.schema}".items'
     cap.sql(f"CREATE TABLE {items} (id bigint PRIMARY KEY, name text)")
     cap.sql(f"ALTER TABLE {items} REPLICA IDENTITY FULL")
@@ -248,6 +253,14 @@ def test_a_plain_reader_of_current_sees_the_exact_state_while_running_and_after(
         )
     finally:
         assert engine.stop() == 0
+    # The sink channel of notifications: a Parquet table beside the landed ones.
+    notes = cap.lander().spark.read.parquet(str(cap.directory / "lake" / "_notifications"))
+    records = notes.select("type", "additional_data").toArrow().to_pylist()
+    kinds = [r["type"] for r in records]
+    assert kinds.count("STARTED") == 1 and kinds.count("COMPLETED") == 1, kinds
+    assert kinds.count("IN_PROGRESS") >= 1, kinds
+    (done,) = [dict(r["additional_data"]) for r in records if r["type"] == "TABLE_SCAN_COMPLETED"]
+    assert done["status"] == "SUCCEEDED" and done["total_rows_scanned"] == "3000", done
     # A compaction cut short by a crash: a base directory the metadata does not name.
     base = next((cap.directory / "lake").glob("*.items/current/v=*"))
     stray = base.parent / "v=000099999999"

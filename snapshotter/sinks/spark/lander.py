@@ -58,6 +58,7 @@ import json
 import logging
 import re
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -140,6 +141,10 @@ class TableMeta:
     # compaction has to merge
     tail_rows: int = 0
     truncated_at: str | None = None  # the position of the last truncate landed
+    # parquet: the base's directory under current/ when it is not ``v=<base>`` (a compaction
+    # at the batch the base was already named after writes beside it, never over what it
+    # reads)
+    base_dir: str | None = None
     unavailable_columns: list[str] = field(default_factory=list)  # ever landed unavailable
 
     @property
@@ -224,14 +229,13 @@ class Lander:
             return
         self._writes_checked.add(table)
         if meta is not None and meta.format == "parquet":
-            self._remove_stray_bases(table, meta.base, crashed=True)
+            self._remove_stray_bases(table, _base_name(meta), crashed=True)
 
-    def _remove_stray_bases(self, table: TableId, base: int | None, *, crashed: bool) -> None:
+    def _remove_stray_bases(self, table: TableId, keep: str | None, *, crashed: bool) -> None:
         """Delete ``current/v=*`` directories other than the base the metadata names: what a
         compaction cut short by a crash left (written, or half written, before the metadata
         named it; the changelog still holds its rows). A plain reader of ``current/`` would
         see their rows twice."""
-        keep = None if base is None else f"v={base:012d}"
         selector = pafs.FileSelector(self._fs_path(table, "current"), allow_not_found=True)
         for info in self._fs.get_file_info(selector):
             name = info.base_name
@@ -428,18 +432,16 @@ class Lander:
             # before the table's metadata said there was a base.
             self._fs.delete_dir_contents(self._fs_path(table, "current"), missing_dir_ok=True)
             base = seq
-        add_file(self._fs, self._base_path(table, base), f"{_APPENDED}{seq:012d}-", data)
         if meta.base is None:
-            meta.base, meta.base_through = base, seq - 1  # it holds no batch whole yet
+            meta.base, meta.base_through, meta.base_dir = base, seq - 1, None  # no batch whole
+        add_file(self._fs, self._base_dir(table, meta), f"{_APPENDED}{seq:012d}-", data)
         meta.base_rows += data.num_rows
         meta.appended_through = seq
 
-    def _base_path(self, table: TableId, base: int) -> str:
-        return self._fs_path(table, "current", f"v={base:012d}")
-
     def _base_dir(self, table: TableId, meta: TableMeta) -> str:
-        assert meta.base is not None
-        return self._base_path(table, meta.base)
+        name = _base_name(meta)
+        assert name is not None
+        return self._fs_path(table, "current", name)
 
     def _drop_appended_from(self, table: TableId, meta: TableMeta, lo: int, hi: int) -> None:
         """Before landing batches ``lo..hi``: take out of the base what an earlier landing
@@ -559,15 +561,18 @@ class Lander:
             return
         started = time.monotonic()
         state = self._merged(table, meta, upto)
-        target = f"{self.table_path(table)}/current/v={upto:012d}"
-        state.write.mode("overwrite").parquet(target)
+        name = f"v={upto:012d}"
+        if name == _base_name(meta):  # the base was named after this batch: never overwrite
+            name += f"-{uuid.uuid4().hex[:8]}"  # what is being read (Spark reads lazily)
+        state.write.mode("overwrite").parquet(f"{self.table_path(table)}/current/{name}")
         # Counted from the footers: a Spark count would read the new base again.
-        rows = parquet_rows(self._fs, self._fs_path(table, "current", f"v={upto:012d}"))
+        rows = parquet_rows(self._fs, self._fs_path(table, "current", name))
         meta.base, meta.base_rows, meta.tail_rows = upto, rows, 0
+        meta.base_dir = None if name == f"v={upto:012d}" else name
         meta.base_through = None  # the new base holds the appends too
         self._save_meta(table, meta)
         # The old base, and any a crash left: current/ holds the new base only.
-        self._remove_stray_bases(table, upto, crashed=False)
+        self._remove_stray_bases(table, name, crashed=False)
         log.info(
             "%s: current state compacted at batch %d: %d rows in %.1f s",
             table,
@@ -581,7 +586,7 @@ class Lander:
         parts: list[DataFrame] = []
         if meta.base is not None:
             parts.append(
-                self.spark.read.parquet(f"{path}/current/v={meta.base:012d}").withColumn(
+                self.spark.read.parquet(f"{path}/current/{_base_name(meta)}").withColumn(
                     BATCH, F.col(BATCH).cast("long")
                 )
             )
@@ -591,6 +596,8 @@ class Lander:
             tail = tail.where(F.col(BATCH) > meta.covered)
         if upto is not None:
             tail = tail.where(F.col(BATCH) <= upto)
+        if parts and not meta.unavailable_columns:
+            return _base_patched(parts[0], tail, meta.key_columns, meta.truncated_at)
         parts.append(tail)
         merged = parts[0]
         for part in parts[1:]:
@@ -698,6 +705,33 @@ def reduce_latest(
     if not keep_deletes:
         df = df.where(F.col(OP) != "d")
     return df
+
+
+def _base_name(meta: TableMeta) -> str | None:
+    """The directory under current/ of the table's base (None: no base)."""
+    if meta.base is None:
+        return None
+    return meta.base_dir or f"v={meta.base:012d}"
+
+
+def _base_patched(
+    base: DataFrame, tail: DataFrame, keys: Sequence[str], truncated_at: str | None
+) -> DataFrame:
+    """The current state as the base with the tail applied: per key of the tail its latest
+    event (deletes dropped), every other key's base row as it is. The same result as
+    ``reduce_latest`` over base and tail together, since a tail event is always newer than
+    the base's row of its key (batches land in log order), but without a window over the
+    whole base: the base only meets the tail's keys in a join (Spark broadcasts them when
+    they are few), so it is read and written once, never sorted (issue 19: an exact
+    ``current/`` at every run's end made this the common compaction). Not for tables with
+    unavailable (TOAST) columns, whose tail rows take values from the base's rows."""
+    latest = reduce_latest(tail, keys, keep_deletes=True, after=truncated_at)
+    if truncated_at is not None:
+        base = base.where(F.col(POS) > F.lit(truncated_at))
+    touched = latest.select(*[F.col(quote(k)).alias(f"__k{i}") for i, k in enumerate(keys)])
+    same_key = _all([F.col(quote(k)).eqNullSafe(F.col(f"__k{i}")) for i, k in enumerate(keys)])
+    kept = base.join(touched, same_key, "left_anti")
+    return kept.unionByName(latest.where(F.col(OP) != "d"), allowMissingColumns=True)
 
 
 def data_columns(df: DataFrame) -> list[str]:
