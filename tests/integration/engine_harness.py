@@ -223,7 +223,7 @@ executors = {self.executors}
             df = lander.spark.read.format("delta").load(path)
         else:
             df = lander.spark.read.parquet(path)
-        columns = [c for c in data_columns(df) if c != "v"]
+        columns = data_columns(df)  # without the meta columns and __base, the partition
         rows = df.select(*[f"`{c}`" for c in columns]).toArrow().to_pylist()
         key = self.key_of(table)
         out: dict[str, dict[str, Any]] = {}

@@ -262,8 +262,8 @@ def test_a_plain_reader_of_current_sees_the_exact_state_while_running_and_after(
     (done,) = [dict(r["additional_data"]) for r in records if r["type"] == "TABLE_SCAN_COMPLETED"]
     assert done["status"] == "SUCCEEDED" and done["total_rows_scanned"] == "3000", done
     # A compaction cut short by a crash: a base directory the metadata does not name.
-    base = next((cap.directory / "lake").glob("*.items/current/v=*"))
-    stray = base.parent / "v=000099999999"
+    base = next((cap.directory / "lake").glob("*.items/current/__base=*"))
+    stray = base.parent / "__base=000099999999"
     stray.mkdir()
     for f in base.glob("*.parquet"):
         (stray / f.name).write_bytes(f.read_bytes())

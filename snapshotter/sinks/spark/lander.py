@@ -24,7 +24,8 @@ Landing costs in proportion to the batch, not the table:
   the files holding matched keys.
 * Parquet has no MERGE, and rewriting the current state per batch would cost the whole table
   each time (quadratic in all). So the current state is kept as a *base* (a compacted copy,
-  ``current/v=<batch>``) plus the changelog *tail* after it, and read merged
+  ``current/__base=<batch>``; ``v=<batch>`` before issue 19) plus the changelog *tail*
+  after it, and read merged
   (``current_state``): per key the row with the highest position. When the tail reaches
   ``compact_ratio`` of the base (and ``compact_min_rows``), the tail is folded into a new base
   and the old one is deleted: each row is rewritten a bounded number of times on average, so
@@ -80,7 +81,14 @@ from snapshotter.sinks.spark.files import (
     replace_partition,
 )
 from snapshotter.sinks.spark.staging import StagedBatch, StagedTable
-from snapshotter.sinks.spark.types import BATCH, META_COLUMNS, OP, POS, UNAVAILABLE
+from snapshotter.sinks.spark.types import (
+    BASE_PARTITION,
+    BATCH,
+    OP,
+    POS,
+    RESERVED_COLUMNS,
+    UNAVAILABLE,
+)
 
 log = logging.getLogger(__name__)
 
@@ -141,9 +149,9 @@ class TableMeta:
     # compaction has to merge
     tail_rows: int = 0
     truncated_at: str | None = None  # the position of the last truncate landed
-    # parquet: the base's directory under current/ when it is not ``v=<base>`` (a compaction
-    # at the batch the base was already named after writes beside it, never over what it
-    # reads)
+    # parquet: the base's directory under current/: ``__base=<base>`` (a compaction at the
+    # batch the base is already named after writes beside it, ``__base=<base>-<tag>``, never
+    # over what it reads); None: ``v=<base>``, the name before issue 19
     base_dir: str | None = None
     unavailable_columns: list[str] = field(default_factory=list)  # ever landed unavailable
 
@@ -229,17 +237,19 @@ class Lander:
             return
         self._writes_checked.add(table)
         if meta is not None and meta.format == "parquet":
-            self._remove_stray_bases(table, _base_name(meta), crashed=True)
+            self._remove_stray_bases(table, base_name(meta), crashed=True)
 
     def _remove_stray_bases(self, table: TableId, keep: str | None, *, crashed: bool) -> None:
-        """Delete ``current/v=*`` directories other than the base the metadata names: what a
+        """Delete base directories (``current/__base=*``, ``v=*``) other than the base the
+        metadata names: what a
         compaction cut short by a crash left (written, or half written, before the metadata
         named it; the changelog still holds its rows). A plain reader of ``current/`` would
         see their rows twice."""
         selector = pafs.FileSelector(self._fs_path(table, "current"), allow_not_found=True)
         for info in self._fs.get_file_info(selector):
             name = info.base_name
-            if info.type is pafs.FileType.Directory and name.startswith("v=") and name != keep:
+            is_base = name.startswith((f"{BASE_PARTITION}=", "v="))
+            if info.type is pafs.FileType.Directory and is_base and name != keep:
                 if crashed:
                     log.info("%s: removing %s, left by an unfinished compaction", table, name)
                 self._fs.delete_dir(info.path)
@@ -433,13 +443,14 @@ class Lander:
             self._fs.delete_dir_contents(self._fs_path(table, "current"), missing_dir_ok=True)
             base = seq
         if meta.base is None:
-            meta.base, meta.base_through, meta.base_dir = base, seq - 1, None  # no batch whole
+            meta.base, meta.base_through = base, seq - 1  # it holds no batch whole yet
+            meta.base_dir = _base_dir_for(seq)
         add_file(self._fs, self._base_dir(table, meta), f"{_APPENDED}{seq:012d}-", data)
         meta.base_rows += data.num_rows
         meta.appended_through = seq
 
     def _base_dir(self, table: TableId, meta: TableMeta) -> str:
-        name = _base_name(meta)
+        name = base_name(meta)
         assert name is not None
         return self._fs_path(table, "current", name)
 
@@ -561,14 +572,14 @@ class Lander:
             return
         started = time.monotonic()
         state = self._merged(table, meta, upto)
-        name = f"v={upto:012d}"
-        if name == _base_name(meta):  # the base was named after this batch: never overwrite
+        name = _base_dir_for(upto)
+        if name == base_name(meta):  # the base was named after this batch: never overwrite
             name += f"-{uuid.uuid4().hex[:8]}"  # what is being read (Spark reads lazily)
         state.write.mode("overwrite").parquet(f"{self.table_path(table)}/current/{name}")
         # Counted from the footers: a Spark count would read the new base again.
         rows = parquet_rows(self._fs, self._fs_path(table, "current", name))
         meta.base, meta.base_rows, meta.tail_rows = upto, rows, 0
-        meta.base_dir = None if name == f"v={upto:012d}" else name
+        meta.base_dir = name
         meta.base_through = None  # the new base holds the appends too
         self._save_meta(table, meta)
         # The old base, and any a crash left: current/ holds the new base only.
@@ -586,7 +597,7 @@ class Lander:
         parts: list[DataFrame] = []
         if meta.base is not None:
             parts.append(
-                self.spark.read.parquet(f"{path}/current/{_base_name(meta)}").withColumn(
+                self.spark.read.parquet(f"{path}/current/{base_name(meta)}").withColumn(
                     BATCH, F.col(BATCH).cast("long")
                 )
             )
@@ -707,11 +718,15 @@ def reduce_latest(
     return df
 
 
-def _base_name(meta: TableMeta) -> str | None:
+def base_name(meta: TableMeta) -> str | None:
     """The directory under current/ of the table's base (None: no base)."""
     if meta.base is None:
         return None
     return meta.base_dir or f"v={meta.base:012d}"
+
+
+def _base_dir_for(batch: int) -> str:
+    return f"{BASE_PARTITION}={batch:012d}"
 
 
 def _base_patched(
@@ -735,7 +750,7 @@ def _base_patched(
 
 
 def data_columns(df: DataFrame) -> list[str]:
-    return [c for c in df.columns if c not in META_COLUMNS]
+    return [c for c in df.columns if c not in RESERVED_COLUMNS]
 
 
 def _all(conditions: list[Column]) -> Column:
@@ -753,4 +768,12 @@ def _unavailable_columns(staged: Sequence[StagedTable]) -> list[str]:
     return list(dict.fromkeys(c for s in staged for c in s.unavailable))
 
 
-__all__ = ["Landed", "Lander", "LandingError", "TableMeta", "quote", "reduce_latest"]
+__all__ = [
+    "Landed",
+    "Lander",
+    "LandingError",
+    "TableMeta",
+    "base_name",
+    "quote",
+    "reduce_latest",
+]

@@ -73,6 +73,11 @@ META_FIELDS: tuple[pa.Field, ...] = (
     pa.field(BATCH, pa.int64(), nullable=False),
 )
 META_COLUMNS = tuple(f.name for f in META_FIELDS)
+# The partition column a plain reader of current/ sees: the base's directory is
+# ``current/__base=<batch>`` (a name of the landing's own, so it can never shadow a column of
+# the table, as ``v=<batch>`` did for a table with a column ``v``).
+BASE_PARTITION = "__base"
+RESERVED_COLUMNS = (*META_COLUMNS, BASE_PARTITION)
 
 _PG_NUMERIC_OID = 1700
 _NUMERIC = re.compile(r"^numeric\((\d+)(?:,\s*(\d+))?\)$")
@@ -97,7 +102,7 @@ def landed_schema(schema: TableSchema) -> pa.Schema:
     """The landed schema of a table: its columns (all nullable: deletes and truncates land
     without them), then the meta columns."""
     for column in schema.columns:
-        if column.name in META_COLUMNS:
+        if column.name in RESERVED_COLUMNS:
             raise LandingTypeError(
                 f"{schema.table}: column {column.name!r} has the name of a landing column; "
                 "rename it to land this table"
@@ -387,10 +392,12 @@ def empty_landed(schema: TableSchema) -> pa.Table:
 
 
 __all__ = [
+    "BASE_PARTITION",
     "BATCH",
     "META_COLUMNS",
     "OP",
     "POS",
+    "RESERVED_COLUMNS",
     "SNAPSHOT",
     "TS_MS",
     "UNAVAILABLE",

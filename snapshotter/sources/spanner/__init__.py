@@ -1,0 +1,1 @@
+"""Cloud Spanner: change streams (work in progress, issue 20)."""
