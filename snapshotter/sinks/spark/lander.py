@@ -607,8 +607,6 @@ class Lander:
             tail = tail.where(F.col(BATCH) > meta.covered)
         if upto is not None:
             tail = tail.where(F.col(BATCH) <= upto)
-        if parts and not meta.unavailable_columns:
-            return _base_patched(parts[0], tail, meta.key_columns, meta.truncated_at)
         parts.append(tail)
         merged = parts[0]
         for part in parts[1:]:
@@ -727,26 +725,6 @@ def base_name(meta: TableMeta) -> str | None:
 
 def _base_dir_for(batch: int) -> str:
     return f"{BASE_PARTITION}={batch:012d}"
-
-
-def _base_patched(
-    base: DataFrame, tail: DataFrame, keys: Sequence[str], truncated_at: str | None
-) -> DataFrame:
-    """The current state as the base with the tail applied: per key of the tail its latest
-    event (deletes dropped), every other key's base row as it is. The same result as
-    ``reduce_latest`` over base and tail together, since a tail event is always newer than
-    the base's row of its key (batches land in log order), but without a window over the
-    whole base: the base only meets the tail's keys in a join (Spark broadcasts them when
-    they are few), so it is read and written once, never sorted (issue 19: an exact
-    ``current/`` at every run's end made this the common compaction). Not for tables with
-    unavailable (TOAST) columns, whose tail rows take values from the base's rows."""
-    latest = reduce_latest(tail, keys, keep_deletes=True, after=truncated_at)
-    if truncated_at is not None:
-        base = base.where(F.col(POS) > F.lit(truncated_at))
-    touched = latest.select(*[F.col(quote(k)).alias(f"__k{i}") for i, k in enumerate(keys)])
-    same_key = _all([F.col(quote(k)).eqNullSafe(F.col(f"__k{i}")) for i, k in enumerate(keys)])
-    kept = base.join(touched, same_key, "left_anti")
-    return kept.unionByName(latest.where(F.col(OP) != "d"), allowMissingColumns=True)
 
 
 def data_columns(df: DataFrame) -> list[str]:
