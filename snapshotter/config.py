@@ -64,6 +64,15 @@ _URL_EXAMPLES = {
 }
 
 
+def _table_name(value: str) -> str:
+    """A table name setting (signal_table, notifications.table): refused unless it parses."""
+    try:
+        parse_table_name(value)
+    except TableNameError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
 class ConfigError(ValueError):
     """A configuration file that cannot be used; the message says where and why."""
 
@@ -132,11 +141,7 @@ class SourceConfig(_Section):
     @field_validator("signal_table")
     @classmethod
     def _parses(cls, value: str) -> str:
-        try:
-            parse_table_name(value)
-        except TableNameError as exc:
-            raise ValueError(str(exc)) from None
-        return value
+        return _table_name(value)
 
     @field_validator("tables")
     @classmethod
@@ -459,11 +464,7 @@ class NotificationsConfig(_Section):
     @field_validator("table")
     @classmethod
     def _table_parses(cls, value: str) -> str:
-        try:
-            parse_table_name(value)
-        except TableNameError as exc:
-            raise ValueError(str(exc)) from None
-        return value
+        return _table_name(value)
 
     @field_validator("channels")
     @classmethod

@@ -31,6 +31,7 @@ from snapshotter.config import Config
 from snapshotter.core.notifications import Notification, View, diff
 from snapshotter.core.state import EngineState, TableProgress
 from snapshotter.sinks.base import notify_sink
+from snapshotter.sources.setup_common import drop_table_if_exists
 
 if TYPE_CHECKING:
     from snapshotter.engine import Engine
@@ -78,12 +79,7 @@ def create_notification_table(conn: sa.Connection, name: TableId) -> bool:
 
 def drop_notification_table(engine: sa.Engine, name: TableId) -> bool:
     """Drop the notification table if it exists (``teardown``); whether it existed."""
-    table = notification_table(name)
-    with engine.begin() as conn:
-        if not sa.inspect(conn).has_table(table.name, schema=table.schema):
-            return False
-        table.drop(conn)
-        return True
+    return drop_table_if_exists(engine, notification_table(name))
 
 
 def table_row(record: Mapping[str, Any]) -> dict[str, Any]:

@@ -237,10 +237,6 @@ def teardown(config: Config, engine: sa.Engine) -> list[str]:
 def drop_signal_table(engine: sa.Engine, name: TableId) -> bool:
     """Drop the signal table if it exists; returns whether it existed."""
     from signals.table import signal_table
+    from snapshotter.sources.setup_common import drop_table_if_exists
 
-    table = signal_table(name)
-    with engine.begin() as conn:
-        if not sa.inspect(conn).has_table(table.name, schema=table.schema):
-            return False
-        table.drop(conn)
-        return True
+    return drop_table_if_exists(engine, signal_table(name))

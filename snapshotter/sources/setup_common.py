@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import sqlalchemy as sa
+
 from signals.names import TableId, TablePattern, parse_table_selector
 from snapshotter.sources.base import Dialect, TableError
 
@@ -27,6 +29,16 @@ class Problem:
 
     def __str__(self) -> str:
         return f"{self.severity}: {self.what}\n  fix: {self.fix}"
+
+
+def drop_table_if_exists(engine: sa.Engine, table: sa.Table) -> bool:
+    """Drop a table ``init`` made (``teardown``: the signal table, the notification table) if
+    it exists; whether it existed."""
+    with engine.begin() as conn:
+        if not sa.inspect(conn).has_table(table.name, schema=table.schema):
+            return False
+        table.drop(conn)
+        return True
 
 
 def resolve_tables(dialect: Dialect, patterns: Sequence[str], default_schema: str) -> list[TableId]:
