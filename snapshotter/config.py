@@ -55,13 +55,22 @@ _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 ENV_PREFIX = "SNAPSHOTTER_"
 
 # The schema an unqualified name lives in, per source kind (MySQL: the URL's database).
-DEFAULT_SCHEMA = {"postgres": "public"}
-SOURCE_KINDS = ("postgres", "mysql")
+# Spanner: a PostgreSQL-dialect database's default schema is "public"; GoogleSQL's default
+# schema has no name, and is called "public" here too (docs/spanner.md).
+DEFAULT_SCHEMA = {"postgres": "public", "spanner": "public"}
+SOURCE_KINDS = ("postgres", "mysql", "spanner")
 DEFAULT_JSONL = "snapshotter-events.jsonl"
 _URL_EXAMPLES = {
     "postgres": "postgresql://USER:PASSWORD@HOST:PORT/DATABASE",
     "mysql": "mysql://USER:PASSWORD@HOST:PORT/DATABASE",
+    "spanner": "spanner:///projects/PROJECT/instances/INSTANCE/databases/DATABASE",
 }
+# A Spanner database's path in source.url (sqlalchemy-spanner's URL form).
+SPANNER_PATH = re.compile(
+    r"^projects/(?P<project>[a-z][a-z0-9\-]{4,61}[a-z0-9]|[A-Za-z0-9.:\-]+)"
+    r"/instances/(?P<instance>[a-z][a-z0-9\-]{0,62})"
+    r"/databases/(?P<database>[a-z][a-z0-9_\-]{0,28}[a-z0-9])$"
+)
 
 
 def _table_name(value: str) -> str:
@@ -82,8 +91,9 @@ class _Section(BaseModel):
 
 
 class SourceConfig(_Section):
-    # "mysql" covers MySQL 8 and MariaDB 10.5+ (the binlog and the SQL they share).
-    kind: Literal["postgres", "mysql"]
+    # "mysql" covers MySQL 8 and MariaDB 10.5+ (the binlog and the SQL they share);
+    # "spanner" Cloud Spanner, either dialect (docs/spanner.md).
+    kind: Literal["postgres", "mysql", "spanner"]
     url: str = Field(min_length=1)
     # The logical name of this source: Debezium's topic prefix, ``source.name`` in events.
     # Defaults to the database name in the URL.
@@ -115,6 +125,15 @@ class SourceConfig(_Section):
     # off the stream. User signals (execute-snapshot ...) are never deleted.
     signal_cleanup: bool = True
     signal_cleanup_batch: int = Field(default=500, ge=1, le=100_000)
+    # Spanner: the change stream the engine reads (it must watch the captured tables and
+    # the signal table; `snapshotter init` checks it and prints the DDL when it does not).
+    change_stream: str | None = Field(default=None, pattern=r"^[A-Za-z][A-Za-z0-9_]{0,127}$")
+    # Spanner: the emulator's host:port; unset: SPANNER_EMULATOR_HOST if set, else Cloud
+    # Spanner itself (credentials as Google's client libraries find them).
+    emulator_host: str | None = Field(default=None, pattern=r"^[A-Za-z0-9.\-\[\]:]+:\d+$")
+    # Spanner: how often each change-stream partition sends a heartbeat when it has no
+    # data (milliseconds): how far behind the merged stream can be when a partition is idle.
+    heartbeat_ms: int = Field(default=1000, ge=100, le=300_000)
 
     @field_validator("url")
     @classmethod
@@ -136,7 +155,36 @@ class SourceConfig(_Section):
                 f"{mask_url(url)} names no database (MySQL needs one: the default schema of "
                 f"unqualified table names); write it as {example}"
             )
+        if kind == "spanner" and (
+            url.drivername != "spanner" or url.host or not SPANNER_PATH.match(url.database or "")
+        ):
+            raise ValueError(
+                f"{mask_url(url)} is not a Spanner database; write it as {example} (the "
+                "emulator's host goes in emulator_host or SPANNER_EMULATOR_HOST)"
+            )
         return value
+
+    @model_validator(mode="after")
+    def _spanner_keys(self) -> SourceConfig:
+        spanner_only = ("change_stream", "emulator_host", "heartbeat_ms")
+        if self.kind != "spanner":
+            given = [k for k in spanner_only if k in self.model_fields_set]
+            if given:
+                raise ValueError(f'{", ".join(given)}: only for kind = "spanner"')
+        elif self.change_stream is None:
+            raise ValueError(
+                "a spanner source needs change_stream, the name of the change stream that "
+                "watches the tables (`snapshotter init` prints the DDL that creates it)"
+            )
+        return self
+
+    @property
+    def spanner_path(self) -> dict[str, str]:
+        """project, instance and database of a spanner source.url."""
+        found = SPANNER_PATH.match(sa.make_url(self.url).database or "")
+        if found is None:
+            raise ConfigError(f"source.url {mask_url(self.url)} is not a Spanner database")
+        return found.groupdict()
 
     @field_validator("signal_table")
     @classmethod
@@ -172,6 +220,8 @@ class SourceConfig(_Section):
     def topic_prefix(self) -> str:
         if self.name:
             return self.name
+        if self.kind == "spanner":
+            return self.spanner_path["database"]
         database = sa.make_url(self.url).database
         return database or "snapshotter"
 
@@ -505,6 +555,22 @@ class Config(_Section):
             raise ValueError(
                 f"notifications.table {self.notifications.table!r} is the signal table; name "
                 'another, e.g. table = "debezium_notification"'
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _spanner_supports(self) -> Config:
+        if self.source.kind != "spanner":
+            return self
+        if "table" in self.notifications.channels:
+            raise ValueError(
+                'notifications.channels: "table" writes to an SQL source; a spanner source '
+                'has "log" and "sink"'
+            )
+        if self.snapshot.executors:
+            raise ValueError(
+                "snapshot.executors: Spark executors read chunks over JDBC, which a spanner "
+                "source does not offer; set it to 0 (chunks are read by the engine)"
             )
         return self
 

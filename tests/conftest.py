@@ -6,12 +6,15 @@ fails them: a missing server must never look like a pass.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 import pytest
@@ -180,3 +183,119 @@ def spark_remote(spark_master: str) -> str:
     except (OSError, ValueError) as exc:
         _unavailable("spark connect", f"{url or 'no URL'}: {exc}")
     return url
+
+
+# The Cloud Spanner emulator's fixed names (scripts/services up spanner creates the instance).
+SPANNER_PROJECT = "test-project"
+SPANNER_INSTANCE = "test-instance"
+SPANNER_INSTANCE_CONFIG = f"projects/{SPANNER_PROJECT}/instanceConfigs/emulator-config"
+
+
+def _spanner_client() -> Any:
+    """A client for the emulator SPANNER_EMULATOR_HOST names (set by ``spanner_emulator``)."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import spanner
+
+    return spanner.Client(project=SPANNER_PROJECT, credentials=AnonymousCredentials())
+
+
+@pytest.fixture(scope="session")
+def spanner_emulator() -> Iterator[str]:
+    """The Cloud Spanner emulator's host:port (scripts/services up spanner), with the instance
+    ``test-instance`` in project ``test-project``.
+
+    For the session it sets SPANNER_EMULATOR_HOST (the client libraries then talk to the
+    emulator, without credentials) and, unless already set,
+    GOOGLE_CLOUD_SPANNER_MULTIPLEXED_SESSIONS_FOR_RW=false: on the emulator, read-write
+    transactions on multiplexed sessions (the client's default) kill each other with
+    FailedPrecondition, which the client does not retry; pooled sessions get Aborted and retry.
+    """
+    from google.api_core.exceptions import AlreadyExists, GoogleAPICallError, RetryError
+
+    host = _service_url("spanner", "SNAPSHOTTER_SPANNER_EMULATOR_HOST")
+    name, _, port = host.rpartition(":")
+    try:  # a closed port fails here at once; the client would retry it for minutes
+        socket.create_connection((name.strip("[]"), int(port)), timeout=5).close()
+    except (OSError, ValueError) as exc:
+        _unavailable("spanner", f"{host}: {exc}")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPANNER_EMULATOR_HOST", host)
+        if "GOOGLE_CLOUD_SPANNER_MULTIPLEXED_SESSIONS_FOR_RW" not in os.environ:
+            mp.setenv("GOOGLE_CLOUD_SPANNER_MULTIPLEXED_SESSIONS_FOR_RW", "false")
+        # The emulator keeps nothing across restarts: make sure the instance is there (an
+        # emulator given by SNAPSHOTTER_SPANNER_EMULATOR_HOST may not have been set up by
+        # scripts/services).
+        client = _spanner_client()
+        try:
+            instance = client.instance(
+                SPANNER_INSTANCE,
+                configuration_name=SPANNER_INSTANCE_CONFIG,
+                display_name="snapshotter tests",
+                node_count=1,
+            )
+            if not instance.exists():
+                with contextlib.suppress(AlreadyExists):
+                    instance.create().result(60)
+        except (GoogleAPICallError, RetryError) as exc:
+            _unavailable("spanner", f"{host}: {exc}")
+        finally:
+            client.close()
+        yield host
+
+
+SpannerDialect = Literal["googlesql", "postgresql"]
+
+
+@dataclass(frozen=True)
+class SpannerDatabase:
+    """A database of ``spanner_database``: its ids, dialect, and the client's Database
+    (``google.cloud.spanner_v1.database.Database``)."""
+
+    project: str
+    instance: str
+    database_id: str
+    dialect: SpannerDialect
+    database: Any
+
+    @property
+    def name(self) -> str:
+        """projects/P/instances/I/databases/D"""
+        return f"projects/{self.project}/instances/{self.instance}/databases/{self.database_id}"
+
+
+@pytest.fixture
+def spanner_database(spanner_emulator: str) -> Iterator[Callable[..., SpannerDatabase]]:
+    """A factory of fresh databases on the emulator, dropped after the test:
+    ``spanner_database("googlesql", ddl)`` or ``spanner_database("postgresql", ddl)``, with an
+    optional list of DDL statements in that dialect (tables, change streams)."""
+    from google.api_core.exceptions import GoogleAPICallError
+    from google.cloud.spanner_admin_database_v1 import DatabaseDialect
+
+    client = _spanner_client()
+    instance = client.instance(SPANNER_INSTANCE)
+    made: list[Any] = []
+
+    def make(dialect: SpannerDialect = "googlesql", ddl: Sequence[str] = ()) -> SpannerDatabase:
+        # Database ids: a lowercase letter first, then [a-z0-9_-], 2 to 30 characters.
+        database_id = f"t_{uuid.uuid4().hex[:16]}"
+        if dialect == "googlesql":  # DDL may come with the CREATE DATABASE
+            database = instance.database(database_id, ddl_statements=list(ddl))
+            operation = database.create()
+            made.append(database)
+            operation.result(120)
+        elif dialect == "postgresql":  # PostgreSQL: no DDL at create, only afterwards
+            database = instance.database(database_id, database_dialect=DatabaseDialect.POSTGRESQL)
+            operation = database.create()
+            made.append(database)
+            operation.result(120)
+            if ddl:
+                database.update_ddl(list(ddl)).result(120)
+        else:
+            raise ValueError(f"dialect must be 'googlesql' or 'postgresql', not {dialect!r}")
+        return SpannerDatabase(SPANNER_PROJECT, SPANNER_INSTANCE, database_id, dialect, database)
+
+    yield make
+    for database in made:
+        with contextlib.suppress(GoogleAPICallError):  # already dropped (or never created)
+            database.drop()
+    client.close()

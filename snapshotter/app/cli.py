@@ -21,7 +21,7 @@ from rich.table import Table
 from signals import ExecuteSnapshot, Signal, SignalError, SignalType, Watermark, parse_signal
 from signals.display import printable
 from signals.names import parse_table_selector
-from signals.table import create_signal_table, insert_signal, new_signal_id, read_signals
+from signals.table import new_signal_id
 from snapshotter import __version__
 from snapshotter.common.errors import explain
 from snapshotter.common.redact import (
@@ -35,7 +35,6 @@ from snapshotter.config import Config, ConfigError, load_config
 from snapshotter.core.state import StateError
 from snapshotter.engine.state_store import StateStore
 from snapshotter.sources.base import TableError as TableErrorBase
-from snapshotter.sources.connect import create_engine
 from snapshotter.sources.connector import Connector, connector_for, saved_position_text
 
 if TYPE_CHECKING:
@@ -74,14 +73,14 @@ def _config(args: argparse.Namespace) -> Config:
     return config
 
 
-def _connect(config: Config) -> sa.Engine:
-    engine = create_engine(config.source)
+def _connect(config: Config) -> Any:
+    """A handle on the source (``Connector.connect``), checked to answer."""
+    from snapshotter.sources.connector import ConnectError
+
     try:
-        with engine.connect():
-            pass
-    except sa.exc.DBAPIError as exc:
-        raise CliError(explain(exc, config.source.url).text) from None
-    return engine
+        return connector_for(config.source).connect()
+    except ConnectError as exc:
+        raise CliError(str(exc)) from None
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -156,7 +155,7 @@ def _save_start(config: Config, connector: Connector, start: dict[str, Any]) -> 
     return False
 
 
-def _create_signal_table(engine: sa.Engine, config: Config, connector: Connector) -> list[Any]:
+def _create_signal_table(engine: Any, config: Config, connector: Connector) -> list[Any]:
     """Create the signal table (unless it exists). A privilege the user lacks is a problem
     printed with the prerequisites, so one `init` names everything to fix."""
     from snapshotter.common.errors import is_privilege_error, source_reason
@@ -164,12 +163,11 @@ def _create_signal_table(engine: sa.Engine, config: Config, connector: Connector
 
     table = config.source.signal_table_id
     try:
-        with engine.begin() as conn:
-            created = create_signal_table(conn, table)
-    except sa.exc.DBAPIError as exc:
+        created = connector.create_signal_table(engine)
+    except connector.errors as exc:
         if not is_privilege_error(exc):
             raise
-        grant = connector.signal_table_grant(engine.url.username or "the configured user")
+        grant = connector.signal_table_grant(connector.handle_user(engine))
         return [
             Problem(
                 what=f"cannot create the signal table {table}: {source_reason(exc)}",
@@ -181,7 +179,7 @@ def _create_signal_table(engine: sa.Engine, config: Config, connector: Connector
     return []
 
 
-def _create_notification_table(engine: sa.Engine, config: Config) -> list[Any]:
+def _create_notification_table(engine: Any, config: Config) -> list[Any]:
     """With the "table" notification channel, create its table (unless it exists); a
     privilege the user lacks is a problem, as for the signal table."""
     from snapshotter.app.notifications import create_notification_table
@@ -290,7 +288,7 @@ def cmd_reset_stream(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None  # "in use by another snapshotter process"
     except (StateError, SetupError, TableErrorBase) as exc:
         raise CliError(str(exc)) from None
-    except sa.exc.SQLAlchemyError as exc:
+    except connector.errors as exc:
         raise CliError(f"reset-stream: {explain(exc, config.source.url).text}") from None
     for line in start.done:
         out.print(escape(line))
@@ -367,7 +365,7 @@ def cmd_teardown(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None  # "in use by another snapshotter process"
     except SetupError as exc:
         raise CliError(f"{exc}; nothing was dropped") from None
-    except sa.exc.SQLAlchemyError as exc:
+    except connector.errors as exc:
         raise CliError(f"teardown: {explain(exc, config.source.url).text}") from None
     for line in lines:
         out.print(escape(line))
@@ -430,8 +428,8 @@ def cmd_signal(args: argparse.Namespace) -> int:
     engine = _connect(config)
     if isinstance(parsed, ExecuteSnapshot) and not args.no_check:
         _check_snapshot(config, parsed)
-    with engine.begin() as conn:
-        signal_id = insert_signal(conn, config.source.signal_table_id, parsed)
+    connector = connector_for(config.source)
+    signal_id = connector.insert_signal(engine, parsed)
     out.print(
         escape(
             f"{parsed.type.value} signal {signal_id} inserted into {config.source.signal_table_id}"
@@ -500,9 +498,9 @@ def _describe(signal: Signal | Watermark | SignalError) -> tuple[str, str, str]:
 
 def cmd_signals(args: argparse.Namespace) -> int:
     config = _config(args)
+    connector = connector_for(config.source)
     engine = _connect(config)
-    with engine.connect() as conn:
-        signals = read_signals(conn, config.source.signal_table_id)
+    signals = [parse_signal(i, t, d) for i, t, d in connector.signal_rows(engine)]
     if args.json:
         rows: list[dict[str, Any]] = []
         for s in signals:
@@ -751,7 +749,9 @@ def _lag_bytes(config: Config, resume: dict[str, Any]) -> int | None:
     dialect = open_dialect(config)
     try:
         return dialect.lag_bytes(resume)
-    except (sa.exc.SQLAlchemyError, TableErrorBase):
+    except Exception as exc:
+        if not isinstance(exc, (*connector_for(config.source).errors, TableErrorBase)):
+            raise
         return None
     finally:
         dialect.close()

@@ -21,14 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import sqlalchemy as sa
-
-from signals.names import TableId
 from snapshotter.config import Config
 from snapshotter.core.position import Position
 from snapshotter.core.state import EngineState, StateError
 from snapshotter.sources.base import Dialect, TableError
-from snapshotter.sources.connector import connector_for, saved_position_text
+from snapshotter.sources.connector import ConnectError, connector_for, saved_position_text
 from snapshotter.sources.positions import (
     CONF,
     LostPosition,
@@ -98,7 +95,9 @@ def captured_tables(config: Config, dialect: Dialect) -> list[str]:
     source = config.source
     try:
         tables = resolve_tables(dialect, source.tables, source.default_schema)
-    except (TableError, sa.exc.SQLAlchemyError):
+    except Exception as exc:
+        if not isinstance(exc, (TableError, *connector_for(source).errors)):
+            raise
         return list(source.tables)
     return [str(t) for t in tables if t != source.signal_table_id]
 
@@ -111,14 +110,18 @@ def check_saved_position(config: Config, dialect: Dialect, state: EngineState) -
     connector = connector_for(config.source)
     if not connector.has_saved_position(resume):
         return
-    engine = health_engine(config)
+    try:
+        engine = connector.connect(timeout_s=CONNECT_TIMEOUT_S)
+    except ConnectError as exc:
+        log.warning("could not check the saved stream position: %s", exc)
+        return
     try:
         problem = connector.position_problem(engine, resume)
-    except sa.exc.SQLAlchemyError as exc:
+    except connector.errors as exc:
         log.warning("could not check the saved stream position: %s", error_reason(exc))
         return
     finally:
-        engine.dispose()
+        connector.dispose(engine)
     if problem is None:
         return
     lost = LostPosition(
@@ -141,13 +144,6 @@ def check_before_streaming(config: Config, dialect: Dialect, state_file: Path) -
         raise
 
 
-def health_engine(config: Config) -> sa.Engine:
-    """An engine for the checks here, with a connect timeout (status must answer)."""
-    connector = connector_for(config.source)
-    args: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT_S, **connector.connect_args()}
-    return sa.create_engine(connector.sqlalchemy_url(), connect_args=args, poolclass=sa.NullPool)
-
-
 @dataclass(frozen=True, slots=True)
 class Health:
     """What ``status`` says of the stream position."""
@@ -159,24 +155,25 @@ class Health:
 def stream_health(config: Config, state: EngineState, config_path: str = CONF) -> Health:
     """``status``'s warnings: a missing, lost or ahead slot, a purged binlog file, a log
     backlog past ``source.backlog_warn_mb``; or why the source could not be checked."""
+    from snapshotter.common.redact import mask_url
+
     source = config.source
     connector = connector_for(source)
-    engine = health_engine(config)
-    connected = False
+    url = mask_url(source.url)  # also a ?password= in the query, which SQLAlchemy shows
+    what = connector.log_name
     try:
-        with engine.connect() as conn:
-            connected = True
-            warnings = connector.position_warnings(
-                conn, state.stream.resume, source.backlog_warn_mb, config_path
-            )
-    except sa.exc.SQLAlchemyError as exc:
-        from snapshotter.common.redact import mask_url
-
-        url = mask_url(source.url)  # also a ?password= in the query, which SQLAlchemy shows
-        what = connector.log_name
-        return Health([f"could not check the {what} at {url}: {error_reason(exc)}"], connected)
+        engine = connector.connect(timeout_s=CONNECT_TIMEOUT_S)
+    except ConnectError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return Health([f"could not check the {what} at {url}: {first}"], False)
+    try:
+        warnings = connector.position_warnings(
+            engine, state.stream.resume, source.backlog_warn_mb, config_path
+        )
+    except connector.errors as exc:
+        return Health([f"could not check the {what} at {url}: {error_reason(exc)}"], True)
     finally:
-        engine.dispose()
+        connector.dispose(engine)
     return Health(warnings, reachable=True)
 
 
@@ -194,9 +191,7 @@ class ResetPlan:
     unfinished: list[str]  # snapshots it stops
 
 
-def plan_reset(
-    config: Config, engine: sa.Engine, dialect: Dialect, state: EngineState
-) -> ResetPlan:
+def plan_reset(config: Config, engine: Any, dialect: Dialect, state: EngineState) -> ResetPlan:
     connector = connector_for(config.source)
     resume = state.stream.resume
     problem: str | None = None
@@ -217,14 +212,15 @@ def plan_reset(
 # --- IO: teardown ----------------------------------------------------------------------------
 
 
-def teardown(config: Config, engine: sa.Engine) -> list[str]:
+def teardown(config: Config, engine: Any) -> list[str]:
     """Drop what ``init`` created: the source's capture objects (PostgreSQL's slot, never an
-    active one, and publication; none for MySQL), then the signal table (and the
-    notification table, with the "table" notification channel). Idempotent:
-    returns one line per object, "dropped" or "already gone"."""
+    active one, and publication; none for MySQL and Spanner), then the signal table (and
+    the notification table, with the "table" notification channel). Idempotent: returns
+    one line per object, "dropped" or "already gone"."""
     source = config.source
-    lines = connector_for(source).drop_capture(engine)
-    dropped = drop_signal_table(engine, source.signal_table_id)
+    connector = connector_for(source)
+    lines = connector.drop_capture(engine)
+    dropped = connector.drop_signal_table(engine)
     lines.append(f"signal table {source.signal_table_id}: {gone(dropped)}")
     if "table" in config.notifications.channels:
         from snapshotter.app.notifications import drop_notification_table
@@ -232,11 +228,3 @@ def teardown(config: Config, engine: sa.Engine) -> list[str]:
         table = config.notification_table_id
         lines.append(f"notification table {table}: {gone(drop_notification_table(engine, table))}")
     return lines
-
-
-def drop_signal_table(engine: sa.Engine, name: TableId) -> bool:
-    """Drop the signal table if it exists; returns whether it existed."""
-    from signals.table import signal_table
-    from snapshotter.sources.setup_common import drop_table_if_exists
-
-    return drop_table_if_exists(engine, signal_table(name))

@@ -15,8 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import sqlalchemy as sa
-
+from signals.model import Signal, Watermark
 from signals.names import TableId
 from snapshotter.sources.base import Dialect
 from snapshotter.sources.log import OpenReader
@@ -69,21 +68,36 @@ class Capture:
     start: dict[str, Any] | None = None
 
 
+class ConnectError(Exception):
+    """The source cannot be reached, or the database is not there; the message says what to
+    check (never with a password)."""
+
+
+# What ``Connector.connect`` returns and the setup, signal and position calls take: an
+# SQLAlchemy engine for PostgreSQL and MySQL, the Spanner dialect for Spanner.
+SourceHandle = Any
+
+
 class Connector(Protocol):
-    kind: str  # [source] kind: "postgres", "mysql"
+    kind: str  # [source] kind: "postgres", "mysql", "spanner"
     # What holds the stream position, as messages name it: "replication slot", "binlog".
     log_name: str
     # Whether the database reads ``$$`` as a quote: signal filters are checked as it will.
     dollar_quotes: bool
+    # What the source's calls raise when the database or the way to it fails (SQLAlchemy's
+    # errors, Google's API errors): what the CLI reports as the source's answer.
+    errors: tuple[type[Exception], ...]
 
     # --- connections and the engine's parts ---------------------------------------------
 
-    def sqlalchemy_url(self) -> sa.URL:
-        """The source URL with the driver snapshotter uses."""
+    def connect(self, timeout_s: float | None = None) -> SourceHandle:
+        """A handle on the source for ``init``, ``signal``, ``status``, ``reset-stream`` and
+        ``teardown``, checked to answer; ConnectError when it does not. ``timeout_s``: give
+        up connecting after that long (``status`` must answer)."""
         ...
 
-    def connect_args(self) -> dict[str, Any]:
-        """Driver arguments every SQLAlchemy engine of this source needs."""
+    def dispose(self, handle: SourceHandle) -> None:
+        """Close what ``connect`` opened."""
         ...
 
     def open_dialect(self) -> Dialect:
@@ -95,18 +109,41 @@ class Connector(Protocol):
         connector opened (the reader reads the catalog and the log's end through it)."""
         ...
 
+    # --- the signal table -----------------------------------------------------------------
+
+    def create_signal_table(self, handle: SourceHandle) -> bool:
+        """Create the signal table (Debezium's columns) unless it exists; whether it was
+        created."""
+        ...
+
+    def insert_signal(self, handle: SourceHandle, signal: Signal | Watermark) -> str:
+        """Insert a signal row and commit; its id."""
+        ...
+
+    def signal_rows(self, handle: SourceHandle) -> list[tuple[Any, Any, Any]]:
+        """Every ``(id, type, data)`` row of the signal table, in id order."""
+        ...
+
+    def drop_signal_table(self, handle: SourceHandle) -> bool:
+        """Drop the signal table if it exists; whether it existed."""
+        ...
+
+    def handle_user(self, handle: SourceHandle) -> str:
+        """Who the handle acts as, for messages about privileges."""
+        ...
+
     # --- snapshotter init -----------------------------------------------------------------
 
     def signal_table_grant(self, user: str) -> str:
         """The statement that lets ``user`` create the signal table."""
         ...
 
-    def check_setup(self, engine: sa.Engine) -> SetupCheck:
+    def check_setup(self, engine: SourceHandle) -> SetupCheck:
         """The captured tables and the prerequisites not met; TableError for a configured
         table that does not exist. Changes nothing."""
         ...
 
-    def create_capture(self, engine: sa.Engine, tables: Sequence[TableId]) -> Capture:
+    def create_capture(self, engine: SourceHandle, tables: Sequence[TableId]) -> Capture:
         """Create what the log reader needs (PostgreSQL: the publication, then the slot);
         SetupError with the fix when it cannot."""
         ...
@@ -118,24 +155,24 @@ class Connector(Protocol):
         fresh: at the slot, or at the binlog's end)."""
         ...
 
-    def position_problem(self, engine: sa.Engine, resume: Mapping[str, Any]) -> str | None:
+    def position_problem(self, engine: SourceHandle, resume: Mapping[str, Any]) -> str | None:
         """Why the source can no longer stream from ``resume`` (a saved position); None
         when it can."""
         ...
 
     def position_backlog(
-        self, engine: sa.Engine, dialect: Dialect, resume: Mapping[str, Any]
+        self, engine: SourceHandle, dialect: Dialect, resume: Mapping[str, Any]
     ) -> int | None:
         """Bytes of log after ``resume`` (a readable saved position); None if not known."""
         ...
 
     def position_warnings(
-        self, conn: sa.Connection, resume: Mapping[str, Any], threshold_mb: int, config: str
+        self, engine: SourceHandle, resume: Mapping[str, Any], threshold_mb: int, config: str
     ) -> list[str]:
         """What ``status`` warns about the stream position (lost, at risk, far behind)."""
         ...
 
-    def move_to_log_end(self, engine: sa.Engine, dialect: Dialect) -> NewStart:
+    def move_to_log_end(self, engine: SourceHandle, dialect: Dialect) -> NewStart:
         """Make the source stream from the current end of its log (``reset-stream``)."""
         ...
 
@@ -145,12 +182,12 @@ class Connector(Protocol):
         """What ``create_capture`` made and ``drop_capture`` drops, as people name it."""
         ...
 
-    def refuse_drop(self, engine: sa.Engine) -> None:
+    def refuse_drop(self, engine: SourceHandle) -> None:
         """SetupError when an object of ``capture_objects`` is in use (an engine streams
         from the slot) or is not ours to drop."""
         ...
 
-    def drop_capture(self, engine: sa.Engine) -> list[str]:
+    def drop_capture(self, engine: SourceHandle) -> list[str]:
         """Drop the ``capture_objects``: one line per object, "dropped" or "already gone"."""
         ...
 
@@ -167,10 +204,17 @@ def _mysql(source: SourceSettings) -> Connector:
     return MySqlConnector(source)
 
 
+def _spanner(source: SourceSettings) -> Connector:
+    from snapshotter.sources.spanner.connector import SpannerConnector
+
+    return SpannerConnector(source)
+
+
 # Imported when asked for: a PostgreSQL run never loads the MySQL client libraries.
 _CONNECTORS: dict[str, Callable[[SourceSettings], Connector]] = {
     "postgres": _postgres,
     "mysql": _mysql,
+    "spanner": _spanner,
 }
 
 
@@ -190,5 +234,6 @@ def saved_position_text(resume: Mapping[str, Any]) -> str:
     state file): a restart point names its own log, an LSN or a binlog file."""
     from snapshotter.sources.mysql.positions import position_text as binlog_text
     from snapshotter.sources.postgres.positions import position_text as lsn_text
+    from snapshotter.sources.spanner.positions import position_text as stream_text
 
-    return binlog_text(resume) or lsn_text(resume) or "no saved position"
+    return binlog_text(resume) or lsn_text(resume) or stream_text(resume) or "no saved position"

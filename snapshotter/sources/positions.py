@@ -15,8 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-import sqlalchemy as sa
-
 from snapshotter.core.position import Position
 from snapshotter.core.state import StateError
 
@@ -47,7 +45,7 @@ def gone(dropped: bool) -> str:
     return "dropped" if dropped else "already gone"
 
 
-def error_reason(exc: sa.exc.SQLAlchemyError) -> str:
+def error_reason(exc: BaseException) -> str:
     """The first line of what the database said (the driver's error, not SQLAlchemy's)."""
     orig = getattr(exc, "orig", None)
     text = str(orig if orig is not None else exc).strip()

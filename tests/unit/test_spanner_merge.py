@@ -110,6 +110,8 @@ def _run(
             merger.add_root(p.token, p.start)
             queues[p.token] = list(events[p.token])
     out: list[RecordKey] = []
+    skip_through: RecordKey | None = None
+    handed_on: list[RecordKey] = []
     while queues:
         token = rng.choice(sorted(queues))
         _, _, kind, value = queues[token].pop(0)
@@ -129,19 +131,36 @@ def _run(
         assert all(key.commit_us <= (merger.low_watermark() or 0) for key in released), (
             "released past the low watermark"
         )
-        out += released
+        fresh = [k for k in released if skip_through is None or k > skip_through]
+        out += fresh
+        handed_on += fresh  # since the last restart: what this merger can checkpoint at
+        if handed_on and rng.random() < 0.1:
+            # The engine saved a commit's restart point: no restart goes back before it.
+            durable = rng.choice(handed_on)
+            merger.forget_through(durable.commit_us)
+            handed_on = [k for k in handed_on if k >= durable]
         if restarts and rng.random() < 0.05:
             restarts -= 1
-            saved = merger.checkpoint()
+            if handed_on and rng.random() < 0.5:
+                # At a transaction handed on earlier (the engine's commit checkpoints):
+                # what came after it is lost with the crash, and read again.
+                last = rng.choice(handed_on)
+                saved = merger.checkpoint(restart_us=last.commit_us)
+                out = [k for k in out if k <= last]
+                skip_through = last  # the engine skips what it had, by position
+            else:
+                # Past the low watermark (the engine's progress checkpoints): everything
+                # released was handed on and is kept.
+                saved = merger.checkpoint()
+                skip_through = max(out, default=skip_through)
             merger = PartitionMerger.restored(saved)
-            mark = saved["low_watermark_us"]
+            handed_on = []
             # Every live partition is queried again from its restart point; waiting
             # children start as their parents finish, as before.
             queues = {
                 t: [e for e in events[t] if e[0] >= start] for t, start in merger.restart_points()
             }
             queues = {t: q for t, q in queues.items() if q}  # past the history's end
-            out = [k for k in out if k.commit_us <= mark]  # what a sink kept: all released
     return out
 
 

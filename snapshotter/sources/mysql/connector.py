@@ -21,11 +21,12 @@ from snapshotter.sources.mysql import setup as my_setup
 from snapshotter.sources.mysql.dialect import MySqlDialect, mysql_url
 from snapshotter.sources.positions import NewStart
 from snapshotter.sources.setup_common import resolve_tables
+from snapshotter.sources.sql_connector import SqlConnector
 
 log = logging.getLogger(__name__)
 
 
-class MySqlConnector:
+class MySqlConnector(SqlConnector):
     kind = "mysql"
     log_name = "binlog"
     dollar_quotes = MySqlDialect.dollar_quotes
@@ -152,6 +153,12 @@ class MySqlConnector:
         return positions.backlog_now(engine, resume)
 
     def position_warnings(
+        self, engine: sa.Engine, resume: Mapping[str, Any], threshold_mb: int, config: str
+    ) -> list[str]:
+        with engine.connect() as conn:
+            return self._position_warnings(conn, resume, threshold_mb, config)
+
+    def _position_warnings(
         self, conn: sa.Connection, resume: Mapping[str, Any], threshold_mb: int, config: str
     ) -> list[str]:
         logs = my_setup.binary_logs(conn)

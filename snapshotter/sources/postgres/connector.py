@@ -18,9 +18,10 @@ from snapshotter.sources.postgres import positions
 from snapshotter.sources.postgres import setup as pg_setup
 from snapshotter.sources.postgres.dialect import PostgresDialect
 from snapshotter.sources.setup_common import resolve_tables
+from snapshotter.sources.sql_connector import SqlConnector
 
 
-class PostgresConnector:
+class PostgresConnector(SqlConnector):
     kind = "postgres"
     log_name = "replication slot"
     dollar_quotes = PostgresDialect.dollar_quotes
@@ -114,6 +115,12 @@ class PostgresConnector:
         return dialect.lag_bytes(resume)
 
     def position_warnings(
+        self, engine: sa.Engine, resume: Mapping[str, Any], threshold_mb: int, config: str
+    ) -> list[str]:
+        with engine.connect() as conn:
+            return self._position_warnings(conn, resume, threshold_mb, config)
+
+    def _position_warnings(
         self, conn: sa.Connection, resume: Mapping[str, Any], threshold_mb: int, config: str
     ) -> list[str]:
         slot = self.source.slot

@@ -85,11 +85,13 @@ class PartitionMerger:
 
     # ------------------------------------------------------------------ what to read
 
-    def add_root(self, token: str, start_us: int) -> None:
-        """A partition with no parents (the answer to the query without a token)."""
+    def add_root(self, token: str, start_us: int) -> bool:
+        """A partition with no parents (the answer to the query without a token); whether
+        it is new (the query may be run again)."""
         if token in self._live or token in self._waiting or token in self._done:
-            return
+            return False
         self._live[token] = _Partition(token, start_us, start_us - 1)
+        return True
 
     def to_start(self) -> list[tuple[str, int]]:
         """Children whose parents have all finished: (token, start timestamp) to query; they
@@ -109,6 +111,12 @@ class PartitionMerger:
     def restart_points(self) -> list[tuple[str, int]]:
         """The live partitions and the timestamp each one's query starts at."""
         return [(t, p.start_us) for t, p in self._live.items()]
+
+    def restart_point(self, token: str) -> int:
+        """Where a live partition's query starts again after it failed: every record before
+        it has arrived (what arrives twice is the caller's to drop)."""
+        part = self._partition(token)
+        return max(part.start_us, part.complete_us + 1)
 
     # ------------------------------------------------------------------ what a partition says
 
@@ -175,10 +183,14 @@ class PartitionMerger:
             item = heapq.heappop(self._heap)
             out.append((item.key, item.payload))
             self._released = item.key
-        for token, (_, end) in list(self._ended.items()):
-            if end - 1 <= mark:  # everything it sent is released
-                del self._ended[token]
         return out
+
+    def forget_through(self, restart_us: int) -> None:
+        """A restart point at ``restart_us`` is durable: finished partitions that end at or
+        before it will never be read again."""
+        for token, (_, end) in list(self._ended.items()):
+            if end <= restart_us:
+                del self._ended[token]
 
     @property
     def buffered(self) -> int:
@@ -186,22 +198,26 @@ class PartitionMerger:
 
     # ------------------------------------------------------------------ restart
 
-    def checkpoint(self) -> dict[str, Any]:
-        """What a restart needs, as JSON: every live and waiting partition, and the low
-        watermark. Live partitions restart at the low watermark + 1 µs (or their own start,
-        if later): every record at or before it was released, every later one is read
-        again. (The engine saves this with each transaction boundary it checkpoints; what
-        the merge released after that boundary is read again and skipped by position.)"""
+    def checkpoint(self, restart_us: int | None = None) -> dict[str, Any]:
+        """What a restart needs, as JSON: every partition to query again and from when, the
+        waiting children. The restart reads every record at or after ``restart_us``
+        (default: just after the low watermark: every record at or before it was
+        released); the caller skips, by position, what it had already handed on. A caller
+        checkpointing at a transaction it released passes that transaction's commit
+        timestamp (later transactions of the same timestamp may not have been handed on).
+        Partitions that finished after ``restart_us`` are read again, from there (their
+        ends are kept until ``forget_through``)."""
         mark = self.low_watermark()
+        if restart_us is None:
+            restart_us = 0 if mark is None else mark + 1
         return {
             "version": STATE_VERSION,
-            "low_watermark_us": mark,
+            "restart_us": restart_us,
             "live": [{"token": t, "start_us": p.start_us} for t, p in sorted(self._live.items())]
             + [
-                # Finished, but with records after the low watermark not yet released.
                 {"token": t, "start_us": start}
                 for t, (start, end) in sorted(self._ended.items())
-                if mark is None or end - 1 > mark
+                if end > restart_us
             ],
             "waiting": [
                 {"token": c.token, "start_us": c.start_us, "parents": sorted(c.parents)}
@@ -221,10 +237,10 @@ class PartitionMerger:
         if saved.get("version") != STATE_VERSION:
             raise MergeError(f"saved change-stream partitions of version {saved.get('version')}")
         merger = cls()
-        mark = saved["low_watermark_us"]
+        restart = saved["restart_us"]
         for raw in saved["live"]:
             # A partition's query may not start before the partition did.
-            start = max(raw["start_us"], mark + 1)
+            start = max(raw["start_us"], restart)
             merger._live[raw["token"]] = _Partition(raw["token"], start, start - 1)
         for raw in saved["waiting"]:
             child = Child(raw["token"], raw["start_us"], frozenset(raw["parents"]))

@@ -1,0 +1,533 @@
+"""The Spanner dialect (``sources.base.Dialect``): catalog, max-key and chunk reads, watermarks.
+
+Chunk and max-key queries are strong single-use read-only transactions: they cannot write
+(a signal's filter included), they see every transaction that committed before they started
+(Spanner's external consistency), and the time limit is the call's deadline; no session
+state outlives them, so there is nothing to reset after a filter. A transaction whose commit
+timestamp is before a strong read's timestamp is visible to it, and commit timestamps are
+the change stream's order: ``commits_visible_in_log_order``.
+
+Watermark rows are ``insert_or_update`` mutations of the signal table in read-write
+transactions (retried when Spanner, or the emulator's one-transaction-at-a-time rule,
+aborts them).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from signals import Watermark
+from signals.model import Signal, WatermarkKind, to_row
+from signals.names import TableId
+from signals.table import WATERMARK_TYPES
+from snapshotter.core.keys import Key
+from snapshotter.core.values import RawJson
+from snapshotter.sources.base import (
+    ChunkReadError,
+    ChunkRows,
+    ChunkSpec,
+    ColumnInfo,
+    Dialect,
+    ReadCancelled,
+    TableError,
+    TableSchema,
+)
+from snapshotter.sources.spanner import client as sp_client
+from snapshotter.sources.spanner import sql
+from snapshotter.sources.spanner.client import SpannerDialectKind, SpannerTarget
+from snapshotter.sources.spanner.setup import StreamFacts
+from snapshotter.sources.spanner.types import (
+    SpannerType,
+    arrow_type,
+    parse_type,
+    read_converter,
+)
+from snapshotter.sources.sql_common import checked_key, columns_converter
+
+_SYSTEM_SCHEMAS = (
+    "INFORMATION_SCHEMA",
+    "SPANNER_SYS",
+    "information_schema",
+    "pg_catalog",
+    "spanner_sys",
+)
+
+
+def _schema_value(dialect: SpannerDialectKind, table: TableId) -> str:
+    """``information_schema``'s table_schema of ``table`` (GoogleSQL's default is '')."""
+    schema = table.schema or sql.DEFAULT_SCHEMA
+    if dialect is SpannerDialectKind.GOOGLESQL and schema == sql.DEFAULT_SCHEMA:
+        return ""
+    return schema
+
+
+def _table_of(dialect: SpannerDialectKind, schema: str, name: str) -> TableId:
+    return TableId(schema or sql.DEFAULT_SCHEMA, name)
+
+
+class SpannerDialect:
+    connector = "spanner"
+    commits_visible_in_log_order = True
+
+    def __init__(
+        self,
+        target: SpannerTarget,
+        *,
+        signal_table: TableId,
+        chunk_timeout_s: float = 300.0,
+        change_stream: str | None = None,
+        database: Any = None,
+    ) -> None:
+        self.target = target
+        self.change_stream = change_stream
+        self.database = target.database
+        self.signal_table = signal_table.with_default_schema(sql.DEFAULT_SCHEMA)
+        self.chunk_timeout_s = chunk_timeout_s
+        self.db = database if database is not None else sp_client.open_database(target)
+        self._kind: SpannerDialectKind | None = None
+        self._types: dict[TableId, dict[str, SpannerType]] = {}
+        self._schemas: dict[TableId, TableSchema] = {}
+        self._cancelled = threading.Event()
+        # Whether filters are checked reading $$ as a quote: the PostgreSQL dialect's way,
+        # the stricter reading until the database's dialect is known.
+        self.dollar_quotes = True
+
+    @property
+    def kind(self) -> SpannerDialectKind:
+        if self._kind is None:
+            self._kind = sp_client.dialect_of(self.db)
+            self.dollar_quotes = self._kind is SpannerDialectKind.POSTGRESQL
+        return self._kind
+
+    # --- queries ---------------------------------------------------------------------------
+
+    def _query(
+        self, st: sql.Statement | None, text: str, *, timeout: float | None = None
+    ) -> list[list[Any]]:
+        params = st.params if st is not None else None
+        types = st.types if st is not None else None
+        with self.db.snapshot() as snapshot:
+            result = snapshot.execute_sql(
+                text, params=params, param_types=types, timeout=timeout or self.chunk_timeout_s
+            )
+            return [list(row) for row in result]
+
+    def _guarded(self, table: TableId, what: str, st: sql.Statement, text: str) -> list[list[Any]]:
+        """A max-key, bound or chunk query: refused while reads are cancelled, past the time
+        limit a TableError, a lost connection a ChunkReadError."""
+        from google.api_core import exceptions as gexc
+
+        if self._cancelled.is_set():
+            raise ReadCancelled(f"{what} of {table} cancelled")
+        try:
+            rows = self._query(st, text)
+        except gexc.DeadlineExceeded:
+            raise TableError(
+                f"the {what} of {table} ran past source.chunk_timeout_s "
+                f"({self.chunk_timeout_s:g} s); raise it, or make the signal's filter cheaper"
+            ) from None
+        except gexc.GoogleAPICallError as exc:
+            if sp_client.is_transient(exc):
+                raise ChunkReadError(f"the {what} of {table}: {sp_client.reason(exc)}") from exc
+            raise TableError(f"the {what} of {table} failed: {sp_client.reason(exc)}") from exc
+        if self._cancelled.is_set():
+            raise ReadCancelled(f"{what} of {table} cancelled")
+        return rows
+
+    # --- the catalog -------------------------------------------------------------------------
+
+    def describe(self, table: TableId) -> TableSchema:
+        table = table.with_default_schema(sql.DEFAULT_SCHEMA)
+        st = sql.Statement(self.kind)
+        from google.cloud.spanner_v1 import param_types
+
+        schema_p = st.param(_schema_value(self.kind, table), param_types.STRING)
+        name_p = st.param(table.table, param_types.STRING)
+        columns = self._query(
+            st,
+            "SELECT column_name, spanner_type, is_nullable FROM information_schema.columns "
+            f"WHERE table_schema = {schema_p} AND table_name = {name_p} "
+            "ORDER BY ordinal_position",
+        )
+        if not columns:
+            raise TableError(f"table {table} does not exist or is not readable")
+        st = sql.Statement(self.kind)
+        schema_p = st.param(_schema_value(self.kind, table), param_types.STRING)
+        name_p = st.param(table.table, param_types.STRING)
+        keys = self._query(
+            st,
+            "SELECT column_name FROM information_schema.index_columns "
+            f"WHERE table_schema = {schema_p} AND table_name = {name_p} "
+            "AND index_name = 'PRIMARY_KEY' ORDER BY ordinal_position",
+        )
+        types = {str(name): parse_type(str(t)) for name, t, _ in columns}
+        self._types[table] = types
+        info = tuple(
+            ColumnInfo(
+                name=str(name),
+                type_name=str(t),
+                type_code=types[str(name)].code,
+                nullable=str(nullable).upper() == "YES",
+                arrow_type=arrow_type(types[str(name)]),
+            )
+            for name, t, nullable in columns
+        )
+        schema = TableSchema(table, info, tuple(str(k[0]) for k in keys))
+        self._schemas[table] = schema
+        return schema
+
+    def columns_of(self, table: TableId) -> tuple[str, ...]:
+        """A table's columns in order (cached: the log decoder asks per record)."""
+        schema = self._schemas.get(table)
+        if schema is None:
+            schema = self.describe(table)
+        return schema.column_names
+
+    def _key_types(self, schema: TableSchema, key_columns: Sequence[str]) -> list[SpannerType]:
+        types = self._types.get(schema.table)
+        if types is None:
+            self.describe(schema.table)
+            types = self._types[schema.table]
+        return [types[k] for k in key_columns]
+
+    def snapshot_key(self, schema: TableSchema, surrogate_key: str | None) -> tuple[str, ...]:
+        key = schema.primary_key
+        if surrogate_key is not None and (surrogate_key,) != key:
+            raise TableError(
+                f"table {schema.table}: a Spanner table is always paged by its primary key "
+                f"({', '.join(key)}); send the signal without surrogate-key"
+            )
+        nullable = [c for c in key if schema.column(c).nullable]
+        if nullable:
+            raise TableError(
+                f"table {schema.table}: primary key column {', '.join(nullable)} allows NULL, "
+                "which snapshotter cannot page by; declare it NOT NULL"
+            )
+        return key
+
+    def list_tables(self) -> list[TableId]:
+        rows = self._query(
+            None,
+            "SELECT table_schema, table_name FROM information_schema.tables "
+            "WHERE table_type = 'BASE TABLE' AND table_schema NOT IN "
+            "('INFORMATION_SCHEMA', 'SPANNER_SYS', 'information_schema', 'pg_catalog', "
+            "'spanner_sys') ORDER BY table_schema, table_name",
+        )
+        return [_table_of(self.kind, str(s), str(n)) for s, n in rows]
+
+    def relation_kinds(self, tables: Sequence[TableId]) -> Mapping[TableId, str]:
+        rows = self._query(
+            None,
+            "SELECT table_schema, table_name, table_type FROM information_schema.tables",
+        )
+        kinds = {_table_of(self.kind, str(s), str(n)): str(t) for s, n, t in rows}
+        out: dict[TableId, str] = {}
+        for table in tables:
+            kind = kinds.get(table.with_default_schema(sql.DEFAULT_SCHEMA))
+            if kind == "VIEW":
+                out[table] = "is a view: only tables can be snapshotted"
+            elif kind is not None and kind != "BASE TABLE":
+                out[table] = f"is a {kind.lower()}: only tables can be snapshotted"
+        return out
+
+    # --- the snapshot side -------------------------------------------------------------------
+
+    def max_key(
+        self, schema: TableSchema, key_columns: Sequence[str], condition: str | None
+    ) -> Key | None:
+        st = sql.Statement(self.kind)
+        text = (
+            f"SELECT {', '.join(st.name(k) for k in key_columns)} "
+            f"FROM {sql.table_ref(self.kind, schema.table)}"
+            + (f" WHERE ({condition})" if condition is not None else "")
+            + f" ORDER BY {sql.order_by(st, key_columns, descending=True)} LIMIT 1"
+        )
+        rows = self._guarded(schema.table, "max-key query", st, text)
+        if not rows:
+            return None
+        return self._key(schema, key_columns, rows[0])
+
+    def _key(self, schema: TableSchema, key_columns: Sequence[str], row: Sequence[Any]) -> Key:
+        types = self._key_types(schema, key_columns)
+        values = []
+        for t, value in zip(types, row, strict=True):
+            conv = read_converter(t)
+            values.append(value if conv is None else conv(value))
+        if any(t.family == "NUMERIC" for t in types):
+            # The value model's NUMERIC is text; a key keeps the Decimal's exact value.
+            values = [
+                str(v) if t.family == "NUMERIC" else v for t, v in zip(types, values, strict=True)
+            ]
+        return checked_key(schema.table, values, "key")
+
+    def estimated_rows(self, schema: TableSchema) -> int | None:
+        return None  # Spanner keeps no cheap row count (SPANNER_SYS stats are hourly)
+
+    def _range(self, spec: ChunkSpec, st: sql.Statement) -> str:
+        types = self._key_types(spec.schema, spec.key_columns)
+        where = []
+        if spec.after is not None:
+            where.append(f"({sql.key_after(st, spec.key_columns, types, spec.after)})")
+        where.append(f"({sql.key_upto(st, spec.key_columns, types, spec.upto)})")
+        if spec.condition is not None:
+            where.append(f"({spec.condition})")
+        return " WHERE " + " AND ".join(where)
+
+    def read_chunk(self, spec: ChunkSpec) -> ChunkRows:
+        schema = spec.schema
+        st = sql.Statement(self.kind)
+        columns = ", ".join(st.name(c) for c in schema.column_names)
+        where = self._range(spec, st)
+        limit = st.param(spec.limit, _int64())
+        text = (
+            f"SELECT {columns} FROM {sql.table_ref(self.kind, schema.table)}{where} "
+            f"ORDER BY {sql.order_by(st, spec.key_columns)} LIMIT {limit}"
+        )
+        rows = self._guarded(schema.table, "chunk query", st, text)
+        table = self._to_arrow(schema, rows)
+        last = None
+        if rows:
+            index = [schema.column_names.index(k) for k in spec.key_columns]
+            last = self._key(schema, spec.key_columns, [rows[-1][i] for i in index])
+        return ChunkRows(table, last, None)
+
+    def _to_arrow(self, schema: TableSchema, rows: Sequence[Sequence[Any]]) -> pa.Table:
+        types = self._types.get(schema.table) or {}
+        arrays = []
+        for i, column in enumerate(schema.columns):
+            t = types.get(column.name, SpannerType("STRING"))
+            conv = read_converter(t)
+            values = [row[i] for row in rows]
+            if conv is not None:
+                values = [conv(v) for v in values]
+            if t.family == "JSON":
+                values = [None if v is None else v.text for v in values]
+            arrays.append(pa.array(values, type=column.arrow_type))
+        return pa.Table.from_arrays(arrays, schema=schema.arrow_schema())
+
+    def chunk_bound(self, spec: ChunkSpec) -> Key | None:
+        st = sql.Statement(self.kind)
+        where = self._range(spec, st)
+        skip = st.param(spec.limit - 1, _int64())
+        text = (
+            f"SELECT {', '.join(st.name(k) for k in spec.key_columns)} "
+            f"FROM {sql.table_ref(self.kind, spec.schema.table)}{where} "
+            f"ORDER BY {sql.order_by(st, spec.key_columns)} LIMIT 1 OFFSET {skip}"
+        )
+        rows = self._guarded(spec.schema.table, "bound query", st, text)
+        return self._key(spec.schema, spec.key_columns, rows[0]) if rows else None
+
+    def row_converter(
+        self, schema: TableSchema
+    ) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
+        types = self._types.get(schema.table) or {}
+        return columns_converter(
+            {
+                name: (lambda v: None if v is None else RawJson(v))
+                for name, t in types.items()
+                if t.family == "JSON"
+            }
+        )
+
+    def scan(self, schema: TableSchema) -> Iterator[dict[str, Any]]:
+        key = schema.primary_key
+        convert = self.row_converter(schema)
+        upto = self.max_key(schema, key, None)
+        after: Key | None = None
+        while upto is not None:
+            chunk = self.read_chunk(ChunkSpec(schema, key, after, upto, None, 10_000))
+            for row in chunk.rows.to_pylist():
+                yield convert(row) if convert is not None else row
+            if chunk.last_key is None or chunk.rows.num_rows < 10_000:
+                return
+            after = chunk.last_key
+
+    # --- watermarks ------------------------------------------------------------------------
+
+    def _run(self, work: Callable[[Any], Any]) -> Any:
+        return self.db.run_in_transaction(work)
+
+    def write_watermark(self, watermark: Watermark) -> None:
+        sid, stype, data = to_row(watermark)
+        name = sql.mutation_table(self.signal_table)
+
+        def write(tx: Any) -> None:
+            tx.insert_or_update(name, ("id", "type", "data"), [(sid, stype, data)])
+
+        self._run(write)
+
+    def delete_watermarks(self, window_ids: Sequence[str]) -> int:
+        if not window_ids:
+            return 0
+        from google.cloud.spanner_v1 import KeySet
+
+        ids = [Watermark(w, kind).id for w in window_ids for kind in WatermarkKind]
+        name = sql.mutation_table(self.signal_table)
+
+        def delete(tx: Any) -> int:
+            rows = list(tx.read(name, ("id", "type"), KeySet(keys=[[i] for i in ids])))
+            # Only watermark rows: a user's signal that happens to have such an id stays.
+            ours = [[r[0]] for r in rows if r[1] in WATERMARK_TYPES]
+            if ours:
+                tx.delete(name, KeySet(keys=ours))
+            return len(ours)
+
+        return int(self._run(delete))
+
+    def watermark_rows(self, after: str | None, limit: int) -> list[tuple[str, str]]:
+        from google.cloud.spanner_v1 import param_types
+
+        st = sql.Statement(self.kind)
+        types = ", ".join(st.param(t, param_types.STRING) for t in WATERMARK_TYPES)
+        where = f"{st.name('type')} IN ({types})"
+        if after is not None:
+            where += f" AND {st.name('id')} > {st.param(after, param_types.STRING)}"
+        text = (
+            f"SELECT {st.name('id')}, {st.name('type')} "
+            f"FROM {sql.table_ref(self.kind, self.signal_table)} WHERE {where} "
+            f"ORDER BY {st.name('id')} LIMIT {st.param(limit, _int64())}"
+        )
+        return [(str(i), str(t)) for i, t in self._query(st, text)]
+
+    # --- the signal table and the change stream (init, signal, teardown) ------------------
+
+    def table_exists(self, table: TableId) -> bool:
+        from google.cloud.spanner_v1 import param_types
+
+        st = sql.Statement(self.kind)
+        schema_p = st.param(_schema_value(self.kind, table), param_types.STRING)
+        name_p = st.param(table.table, param_types.STRING)
+        return bool(
+            self._query(
+                st,
+                "SELECT table_name FROM information_schema.tables "
+                f"WHERE table_schema = {schema_p} AND table_name = {name_p}",
+            )
+        )
+
+    def update_ddl(self, statements: Sequence[str]) -> None:
+        """Run DDL and wait for it (schema changes are long-running operations)."""
+        self.db.update_ddl(list(statements)).result(timeout=600)
+        self._schemas.clear()
+        self._types.clear()
+
+    def create_signal_table(self) -> bool:
+        from snapshotter.sources.spanner.setup import signal_table_ddl
+
+        if self.table_exists(self.signal_table):
+            return False
+        self.update_ddl([signal_table_ddl(self.kind, self.signal_table)])
+        return True
+
+    def drop_signal_table(self) -> bool:
+        if not self.table_exists(self.signal_table):
+            return False
+        self.update_ddl([f"DROP TABLE {sql.table_ref(self.kind, self.signal_table)}"])
+        return True
+
+    def insert_signal(self, signal: Signal | Watermark) -> str:
+        sid, stype, data = to_row(signal)
+        name = sql.mutation_table(self.signal_table)
+        self._run(lambda tx: tx.insert(name, ("id", "type", "data"), [(sid, stype, data)]))
+        return sid
+
+    def signal_rows(self) -> list[tuple[Any, Any, Any]]:
+        text = (
+            f"SELECT {sql.quote(self.kind, 'id')}, {sql.quote(self.kind, 'type')}, "
+            f"{sql.quote(self.kind, 'data')} FROM {sql.table_ref(self.kind, self.signal_table)} "
+            f"ORDER BY {sql.quote(self.kind, 'id')}"
+        )
+        return [(r[0], r[1], r[2]) for r in self._query(None, text)]
+
+    def stream_facts(self, stream: str) -> StreamFacts:
+        from google.cloud.spanner_v1 import param_types
+
+        def rows(text: str) -> list[list[Any]]:
+            st = sql.Statement(self.kind)
+            return self._query(st, text.format(name=st.param(stream, param_types.STRING)))
+
+        found = rows(
+            "SELECT change_stream_name, `all` FROM information_schema.change_streams "
+            "WHERE change_stream_name = {name}"
+            if self.kind is SpannerDialectKind.GOOGLESQL
+            else 'SELECT change_stream_name, "all" FROM information_schema.change_streams '
+            "WHERE change_stream_name = {name}"
+        )
+        if not found:
+            return StreamFacts(False, False, {}, {})
+        watched = rows(
+            "SELECT table_schema, table_name, all_columns FROM "
+            "information_schema.change_stream_tables WHERE change_stream_name = {name}"
+        )
+        options = rows(
+            "SELECT option_name, option_value FROM information_schema.change_stream_options "
+            "WHERE change_stream_name = {name}"
+        )
+        return StreamFacts(
+            exists=True,
+            all_tables=_truth(found[0][1]),
+            tables={_table_of(self.kind, str(s), str(n)): _truth(a) for s, n, a in watched},
+            options={str(k).lower(): str(v) for k, v in options},
+        )
+
+    # --- the log ---------------------------------------------------------------------------
+
+    def server_time_us(self) -> int:
+        """Spanner's current time (a strong read's timestamp), in µs since the epoch."""
+        text = (
+            "SELECT CURRENT_TIMESTAMP()"
+            if self.kind is SpannerDialectKind.GOOGLESQL
+            else ("SELECT now()")
+        )
+        (row,) = self._query(None, text)
+        from snapshotter.sources.spanner.records import micros
+
+        return micros(row[0])
+
+    def log_end(self) -> int:
+        return self.server_time_us()
+
+    def lag_bytes(self, resume: Mapping[str, Any]) -> int | None:
+        return None  # a change stream has no byte offsets
+
+    def ensure_captured(self, tables: Sequence[TableId]) -> list[TableId]:
+        """Nothing is added: the change stream is the user's DDL. A table it does not watch
+        cannot be snapshotted (its changes would be missing)."""
+        from snapshotter.sources.spanner import setup
+
+        return setup.refuse_unwatched(self, tables)
+
+    def is_transient(self, exc: BaseException) -> bool:
+        return isinstance(exc, ChunkReadError) or sp_client.is_transient(exc)
+
+    def cancel_reads(self) -> None:
+        self._cancelled.set()
+
+    def allow_reads(self) -> None:
+        self._cancelled.clear()
+
+    def close(self) -> None:
+        # Not Database.close(): it joins the client's session-maintenance thread, which
+        # sleeps 10 minutes between checks (client 3.71). That thread is a daemon and holds
+        # nothing of ours; the sessions expire on the server.
+        return None
+
+
+def _truth(value: Any) -> bool:
+    """information_schema's booleans: BOOL in GoogleSQL, 'YES'/'NO' in PostgreSQL."""
+    return value is True or str(value).upper() in ("YES", "TRUE")
+
+
+def _int64() -> Any:
+    from google.cloud.spanner_v1 import param_types
+
+    return param_types.INT64
+
+
+def _is_a_dialect(dialect: SpannerDialect) -> Dialect:
+    """Never called: makes mypy check that SpannerDialect implements the protocol."""
+    return dialect
