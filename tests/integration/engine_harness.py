@@ -82,7 +82,9 @@ class Capture:
     extra_config: str = ""  # more [source] settings
     state_config: str = ""  # more [state] settings
     tables: Sequence[str] = ()
-    kind: str = "postgres"  # or "mysql" (MariaDB here; MySQL 8 with docker compose)
+    # or "mysql" (MariaDB here; MySQL 8 with docker compose), or "spanner" (the emulator; the
+    # change stream and emulator_host in extra_config)
+    kind: str = "postgres"
     sink: str = "jsonl"  # or "spark": staged Parquet landed by Spark (local mode) into "lake"
     sink_format: str = "parquet"  # spark: or "delta"
     kafka_partitions: int = 3  # kafka: several, so per-key order across partitions is tested
@@ -109,6 +111,8 @@ class Capture:
             # A replication client id of its own: a second client with the same id would
             # disconnect the first (tests may run engines side by side).
             capture_settings = f"server_id = {random.randrange(100_000, 2_000_000_000)}"
+        elif self.kind == "spanner":
+            capture_settings = ""  # the change stream and emulator come in extra_config
         else:
             capture_settings = f'slot = "{self.slot}"\npublication = "{self.publication}"'
         self.config_path.write_text(
@@ -348,7 +352,7 @@ executors = {self.executors}
         return status_report(EngineState.from_json(path.read_text(encoding="utf-8")), None)
 
     def cleanup(self) -> None:
-        if self.kind == "mysql":
+        if self.kind in ("mysql", "spanner"):
             return  # the test's database is dropped by its fixture; the binlog needs nothing
         try:
             pg_setup.drop_slot(self.url, self.slot)

@@ -80,12 +80,17 @@ def open_database(target: SpannerTarget) -> Any:
 
 
 def dialect_of(database: Any) -> SpannerDialectKind:
-    """The database's dialect; NotFound when the database does not exist. (The emulator
-    reports a GoogleSQL database's dialect as unspecified.)"""
-    from google.cloud.spanner_admin_database_v1 import DatabaseDialect
-
-    database.reload()
-    if database.database_dialect == DatabaseDialect.POSTGRESQL:
+    """The database's dialect, from ``information_schema.database_options`` (a query both
+    dialects read alike; the emulator's admin API reports every database's dialect as
+    unspecified); NotFound when the database does not exist."""
+    with database.snapshot() as snapshot:
+        rows = list(
+            snapshot.execute_sql(
+                "SELECT option_value FROM information_schema.database_options "
+                "WHERE option_name = 'database_dialect'"
+            )
+        )
+    if rows and str(rows[0][0]).upper() == "POSTGRESQL":
         return SpannerDialectKind.POSTGRESQL
     return SpannerDialectKind.GOOGLESQL
 

@@ -254,6 +254,14 @@ class SpannerLogReader:
                 merger.heartbeat(token, record.at_us)
             else:
                 merger.child_partitions(token, record.start_us, record.children)
+                log.debug(
+                    "change stream %s: partition %s... ends at %s, children %s",
+                    self._change_stream,
+                    token[:12],
+                    record.start_us,
+                    [c.token[:12] for c in record.children],
+                    extra={"partition_end_us": record.start_us},
+                )
 
     def _again(self, token: str, key: RecordKey) -> bool:
         """Whether the partition sent this record already (a query started again)."""
