@@ -68,7 +68,10 @@ REGIONS = ("eu", "us", "ap")
 
 def stream_ddl(dialect: str, capture: str = "NEW_ROW_AND_OLD_VALUES") -> str:
     option = "WITH" if dialect == "postgresql" else "OPTIONS"
-    return f"CREATE CHANGE STREAM {STREAM} FOR items, debezium_signal {option} (value_capture_type = '{capture}')"
+    return (
+        f"CREATE CHANGE STREAM {STREAM} FOR items, debezium_signal "
+        f"{option} (value_capture_type = '{capture}')"
+    )
 
 
 def _row(rng: random.Random, key: tuple[int, str], dialect: str) -> tuple[Any, ...]:
