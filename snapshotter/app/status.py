@@ -221,7 +221,8 @@ def render_status(report: dict[str, Any], title: str) -> list[RenderableType]:
     parts.append(
         Text(
             f"stream position {stream['position'] or '(no event handled yet)'}, restarts from "
-            f"{stream['restart']}, lag {stream['lag_bytes']} bytes"
+            f"{stream['restart']}"
+            + ("" if stream["lag_bytes"] is None else f", lag {stream['lag_bytes']} bytes")
         )
     )
     landing = report.get("landing")

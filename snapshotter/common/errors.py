@@ -159,8 +159,27 @@ def explain(exc: BaseException, url: str | None = None) -> Explained:
                 "local dir), then run `snapshotter resume`",
                 True,
             )
+    spanner = _explain_google(exc)
+    if spanner is not None:
+        return spanner
     text = first_line(str(exc))
     if type(exc).__module__.startswith(("snapshotter", "signals")) and text:
         # Our own errors are written for users: what, where, what to do.
         return Explained(str(exc).strip(), True)
     return Explained(f"{type(exc).__name__}: {text or 'no message'}", False)
+
+
+def _explain_google(exc: BaseException) -> Explained | None:
+    """An error Spanner (Google's API) answered: what it said, and what to check."""
+    if not type(exc).__module__.startswith("google.api_core"):
+        return None
+    name = type(exc).__name__
+    said = first_line(str(getattr(exc, "message", None) or exc))
+    hints = {
+        "NotFound": "check source.url (project, instance, database) and the table names",
+        "PermissionDenied": "give the credentials the roles docs/spanner.md lists",
+        "Unauthenticated": "check the credentials (Application Default Credentials)",
+        "ServiceUnavailable": "check emulator_host / SPANNER_EMULATOR_HOST or the network",
+    }
+    hint = hints.get(name)
+    return Explained(f"Spanner {name}: {said}" + (f"; {hint}" if hint else ""), hint is not None)

@@ -18,6 +18,8 @@ Points (each named where it is placed, with the moment it stands for):
   renamed over the old one.
 * ``spark.land``: a Spark landing under way (the changelog appended, the table's landing
   record not yet updated).
+* ``spanner.partition_end``: a Spanner change-stream partition has ended (its children
+  named, some of them waiting for other parents; records of several partitions buffered).
 
 Unset (always, outside tests) a point costs one attribute lookup.
 """
@@ -40,6 +42,7 @@ POINTS = (
     "state.write",
     "spark.land",
     "executor.reads",
+    "spanner.partition_end",
 )
 
 

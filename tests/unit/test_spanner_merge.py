@@ -157,9 +157,15 @@ def _run(
             handed_on = []
             # Every live partition is queried again from its restart point; waiting
             # children start as their parents finish, as before.
+            for t, start in merger.restart_points():
+                # Spanner refuses a partition query that starts at or after its end.
+                end = parts[t].end
+                assert end is None or start < end, f"{t} restarted at {start}, ends at {end}"
             queues = {
                 t: [e for e in events[t] if e[0] >= start] for t, start in merger.restart_points()
             }
+            for child, start in merger.to_start():  # children whose parents all finished
+                queues[child] = [e for e in events[child] if e[0] >= start]
             queues = {t: q for t, q in queues.items() if q}  # past the history's end
     return out
 

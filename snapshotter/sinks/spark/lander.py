@@ -422,7 +422,7 @@ class Lander:
                 whole = False
                 continue
             if plan.appends:
-                self._append(table, meta, seq, rows, plan)
+                self._append(table, meta, seq, rows, plan, parts[0][0])
                 appended += plan.appended
             whole = whole and plan.appended == rows.num_rows
             if whole:
@@ -432,7 +432,13 @@ class Lander:
         return appended
 
     def _append(
-        self, table: TableId, meta: TableMeta, seq: int, rows: pa.Table, plan: Plan
+        self,
+        table: TableId,
+        meta: TableMeta,
+        seq: int,
+        rows: pa.Table,
+        plan: Plan,
+        first_seq: int,
     ) -> None:
         """Write the appends of staged batch ``seq`` into the base, as a file of their own."""
         data = rows if plan.appended == rows.num_rows else rows.take(plan.appends)
@@ -443,7 +449,11 @@ class Lander:
             self._fs.delete_dir_contents(self._fs_path(table, "current"), missing_dir_ok=True)
             base = seq
         if meta.base is None:
-            meta.base, meta.base_through = base, seq - 1  # it holds no batch whole yet
+            # It holds no batch whole yet. Rows landed before it (log rows of the table
+            # before its first READ rows, in earlier batches or earlier in this landing) are
+            # not in it: then it covers nothing, and a compaction merges every batch.
+            nothing_before = meta.landed_through == 0 and seq == first_seq
+            meta.base, meta.base_through = base, (seq - 1 if nothing_before else 0)
             meta.base_dir = _base_dir_for(seq)
         add_file(self._fs, self._base_dir(table, meta), f"{_APPENDED}{seq:012d}-", data)
         meta.base_rows += data.num_rows

@@ -24,6 +24,7 @@ from signals import Watermark
 from signals.model import Signal, WatermarkKind, to_row
 from signals.names import TableId
 from signals.table import WATERMARK_TYPES
+from snapshotter.common.faults import failpoint
 from snapshotter.core.keys import Key
 from snapshotter.core.values import RawJson
 from snapshotter.sources.base import (
@@ -288,6 +289,7 @@ class SpannerDialect:
             f"ORDER BY {sql.order_by(st, spec.key_columns)} LIMIT {limit}"
         )
         rows = self._guarded(schema.table, "chunk query", st, text)
+        failpoint("chunk.select")
         table = self._to_arrow(schema, rows)
         last = None
         if rows:

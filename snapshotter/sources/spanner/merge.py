@@ -213,6 +213,8 @@ class PartitionMerger:
         return {
             "version": STATE_VERSION,
             "restart_us": restart_us,
+            # Every live partition, even one that has sent its end: its query may not have
+            # returned all its child_partitions records yet.
             "live": [{"token": t, "start_us": p.start_us} for t, p in sorted(self._live.items())]
             + [
                 {"token": t, "start_us": start}
@@ -232,15 +234,19 @@ class PartitionMerger:
 
     @classmethod
     def restored(cls, saved: Mapping[str, Any]) -> PartitionMerger:
-        """A merger that goes on from ``checkpoint()``'s answer; ``to_start()`` is empty for
-        the live partitions: query each of ``restart_points()``."""
+        """A merger that goes on from ``checkpoint()``'s answer: query each of
+        ``restart_points()``, and what ``to_start()`` gives at once (children whose parents
+        all finished before the checkpoint)."""
         if saved.get("version") != STATE_VERSION:
             raise MergeError(f"saved change-stream partitions of version {saved.get('version')}")
         merger = cls()
         restart = saved["restart_us"]
         for raw in saved["live"]:
-            # A partition's query may not start before the partition did.
-            start = max(raw["start_us"], restart)
+            # A partition's query may not start before the partition did, nor at its end,
+            # which may be the restart point (a heartbeat just before it made the low
+            # watermark): one microsecond earlier is always inside the partition, and what
+            # it sends again is skipped by position.
+            start = max(raw["start_us"], restart - 1)
             merger._live[raw["token"]] = _Partition(raw["token"], start, start - 1)
         for raw in saved["waiting"]:
             child = Child(raw["token"], raw["start_us"], frozenset(raw["parents"]))

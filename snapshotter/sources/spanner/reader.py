@@ -27,11 +27,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from snapshotter.common.faults import failpoint
 from snapshotter.core.position import Position
 from snapshotter.sources.log import Commit, LogItem, LogReaderError, Progress
 from snapshotter.sources.spanner.client import SpannerDialectKind, is_transient, reason
 from snapshotter.sources.spanner.decoder import SpannerDecoder
-from snapshotter.sources.spanner.merge import MergeError, PartitionMerger, RecordKey
+from snapshotter.sources.spanner.merge import Child, MergeError, PartitionMerger, RecordKey
 from snapshotter.sources.spanner.records import (
     ChildPartitions,
     DataChange,
@@ -132,6 +133,7 @@ class SpannerLogReader:
         self._threads: list[_PartitionQuery] = []
         self._sql = _stream_sql(dialect, change_stream)
         self._root_start = 0  # where the query without a token starts (a fresh stream)
+        self._roots: list[Child] = []  # what it named so far
         saved = resume.get("partitions")
         if saved is not None:
             try:
@@ -141,7 +143,10 @@ class SpannerLogReader:
                     f"the saved change-stream partitions cannot be read ({exc}); run "
                     "`snapshotter reset-stream` and snapshot the tables again"
                 ) from exc
+            log.debug("change stream %s: resuming from %s", change_stream, saved)
             for token, start in self._merger.restart_points():
+                self._start(token, start)
+            for token, start in self._merger.to_start():
                 self._start(token, start)
         else:
             self._merger = PartitionMerger()
@@ -231,15 +236,22 @@ class SpannerLogReader:
             elif token is not None:
                 merger.finished(token)
                 self._seen.pop(token, None)
+            else:
+                # All of them at once: a checkpoint naming only some first partitions would
+                # lose the others' records for good.
+                for child in self._roots:
+                    if merger.add_root(child.token, child.start_us):
+                        self._start(child.token, child.start_us)
             for ready, start in merger.to_start():
                 self._start(ready, start)
             return
+        seen = self._seen.get(token or "")
+        if seen is not None and seen.failing_since is not None:
+            seen.failures, seen.failing_since = 0, None  # answering again
         for record in message.records:
-            if token is None:  # the first partitions
+            if token is None:  # the first partitions: merged once the query has returned
                 if isinstance(record, ChildPartitions):
-                    for child in record.children:
-                        if merger.add_root(child.token, child.start_us):
-                            self._start(child.token, child.start_us)
+                    self._roots.extend(record.children)
                 continue
             if isinstance(record, DataChange):
                 key = RecordKey(
@@ -254,6 +266,7 @@ class SpannerLogReader:
                 merger.heartbeat(token, record.at_us)
             else:
                 merger.child_partitions(token, record.start_us, record.children)
+                failpoint("spanner.partition_end")
                 log.debug(
                     "change stream %s: partition %s... ends at %s, children %s",
                     self._change_stream,
@@ -292,6 +305,8 @@ class SpannerLogReader:
         log.warning(
             "%s: a partition query failed (%s); again in %.1f s", what, reason(error), delay
         )
+        if token is None:
+            self._roots.clear()  # the query is asked again, whole
         # From where the partition is complete: what it sends twice is dropped.
         start = self._root_start if token is None else self._merger.restart_point(token)
         timer = threading.Timer(delay, self._start, (token, start))
@@ -341,6 +356,11 @@ class SpannerLogReader:
 
     def close(self) -> None:
         self.stopping.set()
+        log.debug(
+            "change stream %s: closing with partitions %s",
+            self._change_stream,
+            self._merger.checkpoint(),
+        )
         # Queries end at their partition's end or their next row; none holds anything.
         with contextlib.suppress(queue.Empty):
             while True:

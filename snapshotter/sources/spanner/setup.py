@@ -137,7 +137,8 @@ def stream_problems(
             Problem(
                 what=f"change stream {stream} has {', '.join(excluded)}: those changes would "
                 "be missing from the output",
-                fix=f"ALTER CHANGE STREAM {stream} SET OPTIONS ("
+                fix=f"ALTER CHANGE STREAM {stream} "
+                + ("SET (" if kind is SpannerDialectKind.POSTGRESQL else "SET OPTIONS (")
                 + ", ".join(f"{o} = false" for o in excluded)
                 + ")",
             )

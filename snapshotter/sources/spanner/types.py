@@ -272,12 +272,14 @@ def mod_converter(t: SpannerType) -> Convert:
         assert t.element is not None
         inner = t.element
         element = mod_converter(inner)
+        textless = inner.family not in ("STRING", "JSON")
 
         def array(v: Any) -> Any:
             if v is None:
                 return None
-            # The emulator writes a NULL element as the text "NULL".
-            items = [None if x is None or x == "NULL" else element(x) for x in v]
+            # The emulator writes a NULL element as the text "NULL": read as NULL where
+            # the element type has no such text (not for STRING elements).
+            items = [None if x is None or (x == "NULL" and textless) else element(x) for x in v]
             return _array_text(inner, items)
 
         return array
