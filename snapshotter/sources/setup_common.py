@@ -3,7 +3,7 @@ error of a capture that cannot be set up, and the tables ``source.tables`` selec
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -59,3 +59,21 @@ def resolve_tables(dialect: Dialect, patterns: Sequence[str], default_schema: st
             raise TableError(f"table {table} (from {text!r}) does not exist or is not readable")
         out[table] = None
     return list(out)
+
+
+def captured_by(
+    patterns: Sequence[str], default_schema: str, signal_table: TableId
+) -> Callable[[TableId], bool]:
+    """Whether a table the log names is captured: the signal table, or a table
+    ``source.tables`` selects (a log reader drops the changes of every other table)."""
+    selectors = [
+        s.with_default_schema(default_schema) if isinstance(s, TableId) else s
+        for s in map(parse_table_selector, patterns)
+    ]
+
+    def captured(table: TableId) -> bool:
+        return table == signal_table or any(
+            s == table if isinstance(s, TableId) else s.matches(table) for s in selectors
+        )
+
+    return captured

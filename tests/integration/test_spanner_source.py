@@ -315,7 +315,12 @@ def _positions_increase(capture: Capture) -> None:
 
 @pytest.mark.parametrize(
     ("dialect", "sink"),
-    [("googlesql", "jsonl"), ("postgresql", "jsonl"), ("googlesql", "spark")],
+    [
+        ("googlesql", "jsonl"),
+        ("postgresql", "jsonl"),
+        ("googlesql", "spark"),
+        ("postgresql", "spark"),
+    ],
 )
 def test_a_snapshot_under_a_random_writer_converges_while_partitions_churn(
     spanner_case: Callable[..., SpannerCase], churn: _Churn, dialect: str, sink: str

@@ -12,7 +12,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from signals.names import TableId, parse_table_selector
+from signals.names import TableId
 from snapshotter.sources.base import Dialect
 from snapshotter.sources.connector import Capture, Connector, SetupCheck, SourceSettings
 from snapshotter.sources.log import KeyColumns, LogReader, OpenReader
@@ -20,7 +20,7 @@ from snapshotter.sources.mysql import positions
 from snapshotter.sources.mysql import setup as my_setup
 from snapshotter.sources.mysql.dialect import MySqlDialect, mysql_url
 from snapshotter.sources.positions import NewStart
-from snapshotter.sources.setup_common import resolve_tables
+from snapshotter.sources.setup_common import captured_by, resolve_tables
 from snapshotter.sources.sql_connector import SqlConnector
 
 log = logging.getLogger(__name__)
@@ -65,16 +65,7 @@ class MySqlConnector(SqlConnector):
         # connector opened.
         assert isinstance(dialect, MySqlDialect)
         source = self.source
-        selectors = [
-            s.with_default_schema(source.default_schema) if isinstance(s, TableId) else s
-            for s in map(parse_table_selector, source.tables)
-        ]
-        signal_table = source.signal_table_id
-
-        def captured(table: TableId) -> bool:
-            return table == signal_table or any(
-                s == table if isinstance(s, TableId) else s.matches(table) for s in selectors
-            )
+        captured = captured_by(source.tables, source.default_schema, source.signal_table_id)
 
         def open_reader(resume: Mapping[str, Any], key_columns: KeyColumns) -> LogReader:
             start = dict(resume)

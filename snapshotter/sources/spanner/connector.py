@@ -22,7 +22,7 @@ from snapshotter.sources.base import Dialect
 from snapshotter.sources.connector import Capture, ConnectError, Connector, SetupCheck
 from snapshotter.sources.log import KeyColumns, LogReader, LogReaderError, OpenReader
 from snapshotter.sources.positions import NewStart, to_go_on
-from snapshotter.sources.setup_common import resolve_tables
+from snapshotter.sources.setup_common import captured_by, resolve_tables
 from snapshotter.sources.spanner import client as sp_client
 from snapshotter.sources.spanner import setup as sp_setup
 from snapshotter.sources.spanner.dialect import SpannerDialect
@@ -83,23 +83,13 @@ class SpannerConnector:
         )
 
     def reader_opener(self, dialect: Dialect) -> OpenReader:
-        from signals.names import parse_table_selector
         from snapshotter.sources.spanner.decoder import SpannerDecoder
         from snapshotter.sources.spanner.reader import SpannerLogReader
 
         assert isinstance(dialect, SpannerDialect)
         source = self.source
         stream = self.change_stream
-        selectors = [
-            s.with_default_schema(source.default_schema) if isinstance(s, TableId) else s
-            for s in map(parse_table_selector, source.tables)
-        ]
-        signal_table = source.signal_table_id
-
-        def captured(table: TableId) -> bool:
-            return table == signal_table or any(
-                s == table if isinstance(s, TableId) else s.matches(table) for s in selectors
-            )
+        captured = captured_by(source.tables, source.default_schema, source.signal_table_id)
 
         def open_reader(resume: Mapping[str, Any], key_columns: KeyColumns) -> LogReader:
             start = dict(resume)
@@ -247,7 +237,24 @@ class SpannerConnector:
         return []  # the change stream is the database owner's; teardown leaves it
 
     def refuse_drop(self, handle: Any) -> None:
-        return None
+        """Spanner refuses to drop a table a change stream names: say what to run first."""
+        from snapshotter.sources.setup_common import SetupError
+
+        stream = self.change_stream
+        facts = handle.stream_facts(stream)
+        signal_table = self.source.signal_table_id
+        if facts.exists and signal_table in facts.tables:
+            others = sorted(t for t in facts.tables if t != signal_table)
+            alter = (
+                sp_setup.stream_ddl(handle.kind, stream, others, alter=True)
+                if others
+                else f"DROP CHANGE STREAM {stream}"
+            )
+            raise SetupError(
+                f"change stream {stream} watches the signal table {signal_table}, and Spanner "
+                f"drops no table a change stream names: run `{alter}` (or DROP CHANGE STREAM "
+                f"{stream}), then teardown again"
+            )
 
     def drop_capture(self, handle: Any) -> list[str]:
         return [f"change stream {self.change_stream}: kept (not created by init)"]

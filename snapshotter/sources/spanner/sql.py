@@ -7,8 +7,9 @@ with its column's Spanner type.
 
 Spanner compares no row values (``(a, b) > (@x, @y)`` is refused in both dialects), so a
 key range is written out: ``k1 > a1 OR (k1 = a1 AND k2 > a2) ...``, with a leading bound on
-the first key column so the range is one scan of the key. Rows are ordered by the key,
-NULL first, the way the primary key stores them.
+the first key column so the range is one scan of the key. Rows are ordered by the key, the
+way the primary key stores them (key columns that allow NULL are refused before a snapshot
+starts: a NULL would not compare).
 """
 
 from __future__ import annotations
