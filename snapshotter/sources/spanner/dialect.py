@@ -141,28 +141,29 @@ class SpannerDialect:
 
     # --- the catalog -------------------------------------------------------------------------
 
-    def describe(self, table: TableId) -> TableSchema:
-        table = table.with_default_schema(sql.DEFAULT_SCHEMA)
-        st = sql.Statement(self.kind)
+    def _of_table(self, table: TableId, select: str, then: str = "") -> list[list[Any]]:
+        """``SELECT <select> FROM information_schema.<...> WHERE`` the rows of ``table``."""
         from google.cloud.spanner_v1 import param_types
 
+        st = sql.Statement(self.kind)
         schema_p = st.param(_schema_value(self.kind, table), param_types.STRING)
         name_p = st.param(table.table, param_types.STRING)
-        columns = self._query(
-            st,
-            "SELECT column_name, spanner_type, is_nullable FROM information_schema.columns "
-            f"WHERE table_schema = {schema_p} AND table_name = {name_p} "
+        return self._query(
+            st, f"{select} WHERE table_schema = {schema_p} AND table_name = {name_p} {then}"
+        )
+
+    def describe(self, table: TableId) -> TableSchema:
+        table = table.with_default_schema(sql.DEFAULT_SCHEMA)
+        columns = self._of_table(
+            table,
+            "SELECT column_name, spanner_type, is_nullable FROM information_schema.columns",
             "ORDER BY ordinal_position",
         )
         if not columns:
             raise TableError(f"table {table} does not exist or is not readable")
-        st = sql.Statement(self.kind)
-        schema_p = st.param(_schema_value(self.kind, table), param_types.STRING)
-        name_p = st.param(table.table, param_types.STRING)
-        keys = self._query(
-            st,
-            "SELECT column_name FROM information_schema.index_columns "
-            f"WHERE table_schema = {schema_p} AND table_name = {name_p} "
+        keys = self._of_table(
+            table,
+            "SELECT column_name FROM information_schema.index_columns",
             "AND index_name = 'PRIMARY_KEY' ORDER BY ordinal_position",
         )
         types = {str(name): parse_type(str(t)) for name, t, _ in columns}
@@ -398,18 +399,7 @@ class SpannerDialect:
     # --- the signal table and the change stream (init, signal, teardown) ------------------
 
     def table_exists(self, table: TableId) -> bool:
-        from google.cloud.spanner_v1 import param_types
-
-        st = sql.Statement(self.kind)
-        schema_p = st.param(_schema_value(self.kind, table), param_types.STRING)
-        name_p = st.param(table.table, param_types.STRING)
-        return bool(
-            self._query(
-                st,
-                "SELECT table_name FROM information_schema.tables "
-                f"WHERE table_schema = {schema_p} AND table_name = {name_p}",
-            )
-        )
+        return bool(self._of_table(table, "SELECT table_name FROM information_schema.tables"))
 
     def update_ddl(self, statements: Sequence[str]) -> None:
         """Run DDL and wait for it (schema changes are long-running operations)."""
