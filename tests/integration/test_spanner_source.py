@@ -330,7 +330,7 @@ def test_a_snapshot_under_a_random_writer_converges_while_partitions_churn(
     keys = seed_rows(case.database, dialect, ROWS)
     capture.init()
     windows: list[list[int]] = []
-    engine = capture.start(hooks=_windows_hooks(windows, hold_s=0.6))
+    engine = capture.start(hooks=_windows_hooks(windows, hold_s=1.0))
     writer = SpannerWriter(case.database, dialect, seed=11, keys=keys, next_id=ROWS).start()
     try:
         time.sleep(1.0)
