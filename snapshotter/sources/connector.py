@@ -176,6 +176,17 @@ class Connector(Protocol):
         """Make the source stream from the current end of its log (``reset-stream``)."""
         ...
 
+    # --- what the log carries ---------------------------------------------------------------
+
+    def log_coverage_problems(self, handle: SourceHandle, tables: Sequence[TableId]) -> list[str]:
+        """What the log no longer carries that the engine needs, one actionable line each
+        (what, where, the fix): the signal table (without it no signal and no watermark
+        arrives: a snapshot would wait forever) and any of ``tables`` (captured tables whose
+        changes would be missing). [] when it carries them all. Changes nothing; asked by
+        ``run`` at its start, by ``status``, and by the engine when a window's close
+        watermark is overdue."""
+        ...
+
     # --- snapshotter teardown -------------------------------------------------------------
 
     def capture_objects(self) -> list[str]:
