@@ -29,6 +29,8 @@ producer, admin client and consumer accept, or with ``client = "confluent"`` by 
 from __future__ import annotations
 
 import difflib
+import ipaddress
+import math
 import os
 import re
 import tomllib
@@ -53,6 +55,7 @@ from snapshotter.common.redact import mask_url
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 ENV_PREFIX = "SNAPSHOTTER_"
+NOT_FINITE = "not a finite number (nan and inf are refused); give a number"
 
 # The schema an unqualified name lives in, per source kind (MySQL: the URL's database).
 # Spanner: a PostgreSQL-dialect database's default schema is "public"; GoogleSQL's default
@@ -87,7 +90,9 @@ class ConfigError(ValueError):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: TOML reads nan and inf as numbers, and no setting means either (a
+    # timeout of inf seconds overflows the waits that take it).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class SourceConfig(_Section):
@@ -229,8 +234,20 @@ class SourceConfig(_Section):
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 
 
-_URL_HOST = re.compile(r"^[a-z][a-z0-9+.\-]*://\[?([^\]/:@]+)")
-_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+# The host of a master or Connect URL: a bracketed IPv6 address ("spark://[::1]:7077") or a
+# name or IPv4 address.
+_URL_HOST = re.compile(r"^[a-z][a-z0-9+.\-]*://(?:\[([^\]/]+)\]|([^\[\]/:@]+))")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an IP address, IPv6 without brackets) is this machine's
+    loopback interface: localhost, 127.0.0.0/8, ::1."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def is_uri(path: str) -> bool:
@@ -336,12 +353,12 @@ class SinkConfig(_Section):
     max_staged_mb: int = Field(default=512, ge=1)
     # spark, parquet format: compact a table's current state when the events landed since
     # its last compaction reach this fraction of its rows (and at least compact_min_rows).
-    compact_ratio: float = Field(default=0.5, gt=0)
+    compact_ratio: float = Field(default=0.5, gt=0, le=1_000_000)
     compact_min_rows: int = Field(default=100_000, ge=0)
     # spark, parquet format: fold every changelog tail into the current state once nothing
     # has landed for this many seconds, so a plain reader of current/ sees the exact state
     # while the engine runs (0: only when the engine stops).
-    compact_idle_s: float = Field(default=10.0, ge=0)
+    compact_idle_s: float = Field(default=10.0, ge=0, le=86_400)
     # kafka: the brokers, "host:port[,host:port...]".
     bootstrap_servers: str = ""
     # kafka: partitions and replication factor of the topics the sink creates (existing
@@ -367,6 +384,17 @@ class SinkConfig(_Section):
     # kafka: at most this much sent and not yet acknowledged (kafka-python's producer has no
     # bound of its own); past it the engine waits for Kafka before sending more.
     max_unacked_mb: int = Field(default=64, ge=1)
+
+    @field_validator("kafka", mode="before")
+    @classmethod
+    def _finite_client_settings(cls, value: Any) -> Any:
+        """A nan or inf client setting in one line (else the union of value types reports it
+        four times over)."""
+        if isinstance(value, Mapping):
+            for name, item in value.items():
+                if isinstance(item, float) and not math.isfinite(item):
+                    raise ValueError(f"{name} = {item}: {NOT_FINITE}")
+        return value
 
     @field_validator("kafka")
     @classmethod
@@ -468,8 +496,8 @@ class SparkConfig(_Section):
         url = self.url
         if url.startswith("local"):
             return False
-        host = _URL_HOST.match(url)
-        return host is None or host.group(1).lower() not in _LOOPBACK
+        found = _URL_HOST.match(url)
+        return found is None or not is_loopback(found.group(1) or found.group(2))
 
 
 class SnapshotConfig(_Section):
@@ -721,6 +749,8 @@ def _problem(error: Mapping[str, Any]) -> str:
             list(Config.model_fields) if len(loc) == 1 else list(sections.get(loc[0], {}).values())
         )
         return f"{where}: unknown key{did_you_mean(loc[-1], known)}"
+    if error["type"] == "finite_number":
+        return f"{where}: {error['input']!r} is {NOT_FINITE}"
     message = str(error["msg"]).removeprefix("Value error, ")
     return f"{where}: {message}"
 

@@ -731,14 +731,30 @@ def _watch_status(config: Config, args: argparse.Namespace, seconds: float) -> i
         return 0  # Ctrl-C is how a watch ends
 
 
+WATCH_MAX_S = 86_400.0  # status --watch: at most a day between reports (time.sleep overflows)
+
+
 def _watch_seconds(text: str) -> float:
     try:
         seconds = float(text)
     except ValueError:
         seconds = math.nan
-    if not seconds >= 0.1 or math.isinf(seconds):
-        raise argparse.ArgumentTypeError(f"not a number of seconds >= 0.1: {text!r}")
+    if not 0.1 <= seconds <= WATCH_MAX_S:  # nan and inf fail too
+        raise argparse.ArgumentTypeError(
+            f"not a number of seconds from 0.1 to {WATCH_MAX_S:.0f}: {text!r}"
+        )
     return seconds
+
+
+def _port(text: str) -> int:
+    """``--metrics-port``: refused by argparse (exit 2, as the same value in the config)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65_535:
+        raise argparse.ArgumentTypeError(f"not a port from 0 to 65535: {text!r}")
+    return port
 
 
 def _lag_bytes(config: Config, resume: dict[str, Any]) -> int | None:
@@ -909,7 +925,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
         run.add_argument(
             "--metrics-port",
-            type=int,
+            type=_port,
             metavar="N",
             help="serve Prometheus metrics at http://HOST:N/metrics (HOST: [metrics] host, "
             "127.0.0.1 by default); overrides [metrics] port; 0 picks a free port",

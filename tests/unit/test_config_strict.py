@@ -204,7 +204,10 @@ def test_staging_defaults_next_to_a_local_landing_path() -> None:
     [
         'master = "spark://127.0.0.1:7077"',
         'master = "spark://localhost:7077"',
+        'master = "spark://[::1]:7077"',  # IPv6 loopback is loopback
+        'master = "spark://127.0.1.1:7077"',
         'remote = "sc://127.0.0.1:15002"',
+        'remote = "sc://[::1]:15002"',
         'master = "local[4]"',
     ],
 )
@@ -215,7 +218,12 @@ def test_spark_on_this_machine_lands_a_local_path(where: str) -> None:
 
 @pytest.mark.parametrize(
     "where",
-    ['master = "spark://10.1.2.3:7077"', 'remote = "sc://spark.example:15002"', 'master = "yarn"'],
+    [
+        'master = "spark://10.1.2.3:7077"',
+        'master = "spark://[fd00::1]:7077"',
+        'remote = "sc://spark.example:15002"',
+        'master = "yarn"',
+    ],
 )
 def test_a_local_landing_path_with_spark_elsewhere_is_refused_at_start(where: str) -> None:
     message = refused(SPARK + f"[spark]\n{where}\n")
@@ -252,3 +260,61 @@ def test_the_variables_of_scripts_services_and_the_tests_are_not_configuration()
     assert "SNAPSHOTTER_STANDALONE_MASTER" in names
     config = parse(SPARK, {name: "x" for name in names})
     assert config.spark.master == "local[*]"
+
+
+# --- numbers: nan and inf are refused everywhere ----------------------------------------------
+
+# Every float setting, with a valid [sink] for it (TOML reads nan, inf, +inf and -inf).
+FLOAT_SETTINGS = [
+    ("source", "chunk_timeout_s", SOURCE.replace("[source]\n", "[source]\n{line}\n")),
+    ("sink", "compact_ratio", SOURCE + '[sink]\nkind = "spark"\n{line}\n'),
+    ("sink", "compact_idle_s", SOURCE + '[sink]\nkind = "spark"\n{line}\n'),
+]
+
+
+def test_every_float_setting_is_listed() -> None:
+    """A float setting added later is tested here too (or this fails)."""
+    floats = {
+        (section, name)
+        for section, field in Config.model_fields.items()
+        for name, info in field.annotation.model_fields.items()  # type: ignore[union-attr]
+        if info.annotation in (float, float | None)
+    }
+    assert floats == {(section, key) for section, key, _ in FLOAT_SETTINGS}
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "template"),
+    [pytest.param(*setting, id=f"{setting[0]}.{setting[1]}") for setting in FLOAT_SETTINGS],
+)
+@pytest.mark.parametrize("value", ["nan", "inf", "+inf", "-inf"])
+def test_a_float_setting_refuses_nan_and_inf(
+    section: str, key: str, template: str, value: str
+) -> None:
+    """``compact_idle_s = inf`` was taken, and killed the lander thread with an
+    OverflowError: refused at load, one line naming the key."""
+    message = refused(template.format(line=f"{key} = {value}"))
+    assert message == (
+        f"my.toml: {section}.{key}: {float(value)!r} is not a finite number (nan and inf are "
+        "refused); give a number"
+    )
+    # From the environment too.
+    variable = f"SNAPSHOTTER_{section.upper()}_{key.upper()}"
+    assert "not a finite number" in refused(template.format(line=""), {variable: value})
+
+
+def test_the_idle_compaction_pause_is_bounded() -> None:
+    """A finite pause too long for a wait (1e308 s overflows Condition.wait) is refused."""
+    spark = SOURCE + '[sink]\nkind = "spark"\n'
+    assert "less than or equal to 86400" in refused(spark + "compact_idle_s = 1e308\n")
+    assert parse(spark + "compact_idle_s = 86400\n").sink.compact_idle_s == 86_400
+    assert "less than or equal to 1000000" in refused(spark + "compact_ratio = 1e308\n")
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_a_kafka_client_setting_refuses_nan_and_inf(value: str) -> None:
+    message = refused(KAFKA + f"kafka = {{ linger_ms = {value} }}\n")
+    assert message == (
+        f"my.toml: sink.kafka: linger_ms = {float(value)}: not a finite number (nan and inf "
+        "are refused); give a number"
+    )

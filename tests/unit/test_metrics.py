@@ -408,6 +408,27 @@ def test_the_cli_takes_metrics_port_on_run_and_resume() -> None:
     assert parser.parse_args(["run", "-c", "x.toml"]).metrics_port is None
 
 
+@pytest.mark.parametrize("bad", ["99999", "65536", "-1", "port"])
+def test_a_bad_metrics_port_exits_2_as_the_same_value_in_the_config(
+    bad: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--metrics-port 99999`` exited 1 where ``[metrics] port = 99999`` exits 2 (a usage
+    error): both are refused before anything starts, with exit code 2."""
+    from snapshotter.app.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["run", "-c", str(tmp_path / "x.toml"), "--metrics-port", bad])
+    assert info.value.code == 2
+    said = capsys.readouterr().err
+    assert f"argument --metrics-port: not a port from 0 to 65535: {bad!r}" in said
+    conf = tmp_path / "snapshotter.toml"
+    conf.write_text(
+        '[source]\nkind = "postgres"\nurl = "postgresql://u:p@h/db"\n[metrics]\nport = 99999\n',
+        encoding="utf-8",
+    )
+    assert main(["run", "-c", str(conf)]) == 2
+
+
 # --- the sample dashboard ----------------------------------------------------------------
 
 
