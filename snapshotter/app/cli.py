@@ -673,10 +673,10 @@ def _status_report(config: Config, args: argparse.Namespace) -> dict[str, Any]:
     from snapshotter.engine.state_store import state_path
 
     try:
-        state = StateStore(state_path(config)).load()
+        health = stream_health(config, StateStore(state_path(config)).load, args.config)
     except StateError as exc:
         raise CliError(str(exc)) from None
-    health = stream_health(config, state, args.config)
+    state = health.state  # as read for the position's health (stream_health says when)
     lag = _lag_bytes(config, state.stream.resume) if health.reachable else None
     report = status_report(state, lag, health.warnings)
     if config.sink.kind == "spark":

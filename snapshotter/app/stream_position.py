@@ -16,7 +16,7 @@ the saved state, the same for every source.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -146,15 +146,24 @@ def check_before_streaming(config: Config, dialect: Dialect, state_file: Path) -
 
 @dataclass(frozen=True, slots=True)
 class Health:
-    """What ``status`` says of the stream position."""
+    """What ``status`` says of the stream position, and the state it was judged against."""
 
     warnings: list[str]
     reachable: bool  # whether the source answered
+    state: EngineState
 
 
-def stream_health(config: Config, state: EngineState, config_path: str = CONF) -> Health:
+def stream_health(
+    config: Config, load_state: Callable[[], EngineState], config_path: str = CONF
+) -> Health:
     """``status``'s warnings: a missing, lost or ahead slot, a purged binlog file, a log
-    backlog past ``source.backlog_warn_mb``; or why the source could not be checked."""
+    backlog past ``source.backlog_warn_mb``; or why the source could not be checked.
+
+    A running engine moves both the state and the log position while they are read, so
+    the state is read (``load_state``) when the connector says, before or after its own
+    facts (``Connector.position_warnings``), and whatever it finds is said only if a second
+    such read finds it too (the second read is reported): a warning that names
+    ``reset-stream``, which throws changes away, must never come from a race."""
     from snapshotter.common.redact import mask_url
 
     source = config.source
@@ -165,16 +174,24 @@ def stream_health(config: Config, state: EngineState, config_path: str = CONF) -
         engine = connector.connect(timeout_s=CONNECT_TIMEOUT_S)
     except ConnectError as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return Health([f"could not check the {what} at {url}: {first}"], False)
+        return Health([f"could not check the {what} at {url}: {first}"], False, load_state())
+    read: list[EngineState] = []
+
+    def saved() -> Mapping[str, Any]:
+        read.append(load_state())
+        return read[-1].stream.resume
+
     try:
-        warnings = connector.position_warnings(
-            engine, state.stream.resume, source.backlog_warn_mb, config_path
-        )
+        warnings = connector.position_warnings(engine, saved, source.backlog_warn_mb, config_path)
+        if warnings:
+            warnings = connector.position_warnings(
+                engine, saved, source.backlog_warn_mb, config_path
+            )
     except connector.errors as exc:
-        return Health([f"could not check the {what} at {url}: {error_reason(exc)}"], True)
+        warnings = [f"could not check the {what} at {url}: {error_reason(exc)}"]
     finally:
         connector.dispose(engine)
-    return Health(warnings, reachable=True)
+    return Health(warnings, True, read[-1] if read else load_state())
 
 
 # --- IO: reset-stream ------------------------------------------------------------------------

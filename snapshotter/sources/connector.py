@@ -167,9 +167,17 @@ class Connector(Protocol):
         ...
 
     def position_warnings(
-        self, engine: SourceHandle, resume: Mapping[str, Any], threshold_mb: int, config: str
+        self,
+        engine: SourceHandle,
+        saved: Callable[[], Mapping[str, Any]],
+        threshold_mb: int,
+        config: str,
     ) -> list[str]:
-        """What ``status`` warns about the stream position (lost, at risk, far behind)."""
+        """What ``status`` warns about the stream position (lost, at risk, far behind).
+        ``saved`` reads the saved position from the state file, which a running engine keeps
+        moving: the connector calls it before or after reading its own facts, in the order
+        in which a moving engine cannot make the two look inconsistent (PostgreSQL: the slot
+        first, as the engine confirms only positions it saved)."""
         ...
 
     def move_to_log_end(self, engine: SourceHandle, dialect: Dialect) -> NewStart:

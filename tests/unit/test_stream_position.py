@@ -418,3 +418,80 @@ def test_run_names_the_config_and_tables_when_the_binlog_is_purged_mid_run(
     assert message.startswith("binlog.000003 was purged")
     assert f"snapshotter reset-stream -c {config}" in message
     assert f"snapshotter signal -c {config} execute-snapshot shop.orders" in message
+
+
+# --- status reads the state and the position consistently ----------------------------------
+
+
+class _RacingConnector:
+    """A connector whose facts show a problem on its first read only (a slot moved past a
+    state read before it), with the order of reads recorded."""
+
+    log_name = "replication slot"
+    errors = (OSError,)
+
+    def __init__(self, reads: list[str], problems: list[bool]) -> None:
+        self.reads = reads
+        self.problems = problems
+
+    def connect(self, timeout_s: float | None = None) -> object:
+        return object()
+
+    def dispose(self, handle: object) -> None:
+        self.reads.append("disposed")
+
+    def position_warnings(self, handle: object, saved: Any, threshold: int, conf: str) -> list[str]:
+        self.reads.append("facts")
+        resume = saved()
+        problem = self.problems.pop(0)
+        return [f"lost at {resume['lsn']}; run `snapshotter reset-stream`"] if problem else []
+
+
+@pytest.mark.parametrize(
+    ("problems", "warned", "states_read"),
+    [
+        ([True, False], [], 2),  # a race: said only if a second read finds it too
+        ([True, True], ["lost at 2; run `snapshotter reset-stream`"], 2),
+        ([False], [], 1),
+    ],
+)
+def test_status_says_a_problem_only_when_a_second_read_finds_it_too(
+    monkeypatch: pytest.MonkeyPatch, problems: list[bool], warned: list[str], states_read: int
+) -> None:
+    from snapshotter.app import stream_position
+
+    reads: list[str] = []
+    states = [EngineState(stream=StreamState(resume={"lsn": n})) for n in (1, 2)]
+
+    def load() -> EngineState:
+        reads.append("state")
+        return states[reads.count("state") - 1]
+
+    fake = _RacingConnector(reads, problems)
+    monkeypatch.setattr(stream_position, "connector_for", lambda source: fake)
+    config = parse_config('[source]\nkind = "postgres"\nurl = "postgresql://u:p@h/db"\n')
+    health = stream_position.stream_health(config, load, "c.toml")
+    assert health.warnings == warned and health.reachable
+    # The report shows the state the warnings were judged against: the last one read.
+    assert health.state is states[states_read - 1]
+    assert reads == ["facts", "state"] * states_read + ["disposed"]
+
+
+def test_status_reads_the_state_even_when_the_source_does_not_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from snapshotter.app import stream_position
+    from snapshotter.sources.connector import ConnectError
+
+    class Down(_RacingConnector):
+        def connect(self, timeout_s: float | None = None) -> object:
+            raise ConnectError("connection refused\nmore")
+
+    monkeypatch.setattr(stream_position, "connector_for", lambda source: Down([], []))
+    config = parse_config('[source]\nkind = "postgres"\nurl = "postgresql://u:p@h/db"\n')
+    state = EngineState()
+    health = stream_position.stream_health(config, lambda: state, "c.toml")
+    assert not health.reachable and health.state is state
+    assert health.warnings == [
+        "could not check the replication slot at postgresql://u:***@h/db: connection refused"
+    ]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -144,16 +144,19 @@ class MySqlConnector(SqlConnector):
         return positions.backlog_now(engine, resume)
 
     def position_warnings(
-        self, engine: sa.Engine, resume: Mapping[str, Any], threshold_mb: int, config: str
+        self,
+        engine: sa.Engine,
+        saved: Callable[[], Mapping[str, Any]],
+        threshold_mb: int,
+        config: str,
     ) -> list[str]:
+        # The state before the binlog files: a file the saved position names exists by the
+        # time it is saved, so it is in a list read after (read before, a rotation could
+        # leave it out: a false "purged").
+        resume = saved()
         with engine.connect() as conn:
-            return self._position_warnings(conn, resume, threshold_mb, config)
-
-    def _position_warnings(
-        self, conn: sa.Connection, resume: Mapping[str, Any], threshold_mb: int, config: str
-    ) -> list[str]:
-        logs = my_setup.binary_logs(conn)
-        retention = my_setup.binlog_retention(conn)
+            logs = my_setup.binary_logs(conn)
+            retention = my_setup.binlog_retention(conn)
         return positions.binlog_warnings(resume, logs, retention, threshold_mb, config)
 
     def move_to_log_end(self, engine: sa.Engine, dialect: Dialect) -> NewStart:

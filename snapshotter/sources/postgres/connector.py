@@ -4,7 +4,7 @@ slot), and the slot as the stream position (``positions``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -115,17 +115,18 @@ class PostgresConnector(SqlConnector):
         return dialect.lag_bytes(resume)
 
     def position_warnings(
-        self, engine: sa.Engine, resume: Mapping[str, Any], threshold_mb: int, config: str
-    ) -> list[str]:
-        with engine.connect() as conn:
-            return self._position_warnings(conn, resume, threshold_mb, config)
-
-    def _position_warnings(
-        self, conn: sa.Connection, resume: Mapping[str, Any], threshold_mb: int, config: str
+        self,
+        engine: sa.Engine,
+        saved: Callable[[], Mapping[str, Any]],
+        threshold_mb: int,
+        config: str,
     ) -> list[str]:
         slot = self.source.slot
-        facts = pg_setup.slot_facts(conn, slot)
-        return positions.slot_warnings(slot, facts, resume, threshold_mb, config)
+        facts = positions.slot_facts(engine, slot)
+        # The state after the slot: a running engine confirms a position to the slot only
+        # once state has saved it, so a state read after the slot is never behind it (read
+        # before, the slot could have moved past it meanwhile: a false "created again").
+        return positions.slot_warnings(slot, facts, saved(), threshold_mb, config)
 
     def move_to_log_end(self, engine: sa.Engine, dialect: Dialect) -> NewStart:
         return positions.move_to_log_end(engine, self.source.slot, self.source.publication)

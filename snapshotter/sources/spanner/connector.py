@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from google.api_core import exceptions as gexc
@@ -204,8 +204,15 @@ class SpannerConnector:
         return None
 
     def position_warnings(
-        self, handle: Any, resume: Mapping[str, Any], threshold_mb: int, config: str
+        self,
+        handle: Any,
+        saved: Callable[[], Mapping[str, Any]],
+        threshold_mb: int,
+        config: str,
     ) -> list[str]:
+        # The state first: its restart point only moves on, so the age measured after it
+        # can only be overstated by the moment between the two reads.
+        resume = saved()
         problem = self.position_problem(handle, resume)
         if problem is not None:
             return [f"{problem}: {to_go_on(config)}"]
