@@ -692,7 +692,7 @@ def test_ensure_captured_adds_tables_to_the_publication(
         dialect.ensure_captured([TableId(pg_schema, "missing")])
 
 
-def test_log_end_is_the_flushed_wal_position(
+def test_log_end_is_past_what_committed_and_flushed(
     dialect: PostgresDialect, pg_engine: sa.Engine
 ) -> None:
     before = dialect.log_end()

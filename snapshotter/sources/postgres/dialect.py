@@ -29,7 +29,9 @@ from psycopg.conninfo import make_conninfo
 from sqlalchemy.dialects.postgresql import psycopg as sa_psycopg
 from sqlalchemy.types import UserDefinedType
 
+from signals.model import Watermark
 from signals.names import TableId
+from signals.table import insert_signal
 from snapshotter.common.faults import failpoint
 from snapshotter.core.keys import Key
 from snapshotter.core.visibility import PgSnapshot
@@ -43,6 +45,7 @@ from snapshotter.sources.base import (
     TableSchema,
 )
 from snapshotter.sources.postgres import arrow as pg_arrow
+from snapshotter.sources.postgres import commits as pg_commits
 from snapshotter.sources.postgres import setup as pg_setup
 from snapshotter.sources.postgres import types as pg_types
 from snapshotter.sources.query_guard import (
@@ -670,18 +673,23 @@ class PostgresDialect(SqlDialect):
             pg_setup.add_tables(conn, self.publication, missing)
         return missing
 
+    def write_watermark(self, watermark: Watermark) -> None:
+        """The row, committed with a local WAL flush whatever ``synchronous_commit`` says
+        (``pg_commits``: an async watermark would wait for the WAL writer to come back)."""
+        with self.engine.begin() as conn:
+            pg_commits.flush_at_commit(conn)
+            insert_signal(conn, self.signal_table, watermark)
+
     def log_end(self) -> int:
-        """The WAL position flushed so far (``pg_current_wal_flush_lsn()``) as an integer."""
-        with self.engine.connect() as conn:
-            lsn = conn.execute(
-                sa.text("SELECT pg_current_wal_flush_lsn() - CAST('0/0' AS pg_lsn)")
-            ).scalar_one()
-        return int(lsn)
+        """A WAL position past every transaction committed before the call, already
+        decodable (``pg_commits.committed_end``; not the flushed position, which async
+        commits can be past)."""
+        return pg_commits.committed_end(self.engine)
 
     def lag_bytes(self, resume: Mapping[str, Any]) -> int | None:
         """WAL bytes after the restart point (the slot's confirmed LSN)."""
         lsn = resume.get("lsn")
-        return max(0, self.log_end() - (lsn if isinstance(lsn, int) else 0))
+        return max(0, pg_commits.wal_end(self.engine) - (lsn if isinstance(lsn, int) else 0))
 
 
 # --- SQL -----------------------------------------------------------------------------------
