@@ -20,7 +20,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -271,10 +271,15 @@ class SinkChannel:
 class Notifier:
     """The engine's observer that turns state changes into notifications for the channels.
 
-    ``start(engine)`` takes the loaded state as the first view (``on_start``); each call
-    (``on_progress``) sends what changed since. Records are told apart by object (the
-    engine changes them in place); the view keeps those it has seen alive, so an object id
-    is never reused for another record while it is remembered."""
+    ``start(engine)`` takes the loaded state as the first view and asks the engine for every
+    state it saves (``Engine.observe_saves``); each saved state (``saved``) sends what
+    changed since. Only saved states: the engine saves a state once the sink has made what
+    it covers durable, so a crash rolls back at most to the last state saved, never behind
+    what was notified (an IN_PROGRESS ``last_processed_key`` never goes back, nothing is
+    sent twice). Records are told apart by the engine's own record objects (it changes them
+    in place; a saved state's records are copies, mapped back to them); the view keeps those
+    it has seen alive, so an object id is never reused for another record while it is
+    remembered."""
 
     def __init__(
         self,
@@ -296,20 +301,41 @@ class Notifier:
         for channel in self.channels:
             if isinstance(channel, SinkChannel):
                 channel.attach(engine.sink)
-        self._baseline(engine.state)
+        self._baseline(engine.state, engine.state.snapshots, id)
+        engine.observe_saves(self.saved)
 
-    def _baseline(self, state: EngineState) -> None:
-        self._view = View.of(state)
-        self._alive = list(state.snapshots)
+    def _baseline(
+        self,
+        state: EngineState,
+        live: Sequence[TableProgress],
+        key: Callable[[TableProgress], Hashable],
+    ) -> None:
+        self._view = View.of(state, key)
+        self._alive = list(live)
+
+    def saved(self, state: EngineState, live: Sequence[TableProgress]) -> None:
+        """A state the engine saved; ``live``: its records' originals, in the same order."""
+        pairs = zip(state.snapshots, live, strict=True)
+        originals = {id(copy): id(record) for copy, record in pairs}
+        self._observe(state, live, lambda p: originals[id(p)])
 
     def __call__(self, state: EngineState) -> None:
+        """Observe ``state`` whose records are the engine's own (tests, simple callers)."""
+        self._observe(state, state.snapshots, id)
+
+    def _observe(
+        self,
+        state: EngineState,
+        live: Sequence[TableProgress],
+        key: Callable[[TableProgress], Hashable],
+    ) -> None:
         if self._view is None:  # never started: this is the first view
-            self._baseline(state)
+            self._baseline(state, live, key)
             return
-        # Called after every step: most calls change nothing, which this tells cheaply (a
-        # finished record never changes again; new records are new objects).
+        # Most calls change nothing, which this tells cheaply (a finished record never
+        # changes again; new records are new objects).
         signature = (
-            tuple(map(id, state.snapshots)),
+            tuple(map(id, live)),
             tuple((p.status, p.chunk_id) for p in state.snapshots if not p.status.finished),
         )
         if signature == self._signature:
@@ -317,13 +343,13 @@ class Notifier:
         self._signature = signature
         try:
             notes, self._view = diff(
-                self._view, state, connector=self._connector, now_ms=self._clock_ms()
+                self._view, state, connector=self._connector, now_ms=self._clock_ms(), key=key
             )
         except Exception:  # a bug here must not stop the engine
             log.exception("notifications: cannot derive them from the state; none sent")
-            self._baseline(state)
+            self._baseline(state, live, key)
             return
-        self._alive = list(state.snapshots)
+        self._alive = list(live)
         if notes:
             self.send(notes)
 
@@ -371,23 +397,16 @@ def notifier_for(config: Config) -> Notifier | None:
 
 
 def observe(
-    notifier: Notifier | None,
-    on_progress: Callable[[EngineState], None] | None,
-    on_start: Callable[[Engine], None] | None,
-) -> tuple[Callable[[EngineState], None] | None, Callable[[Engine], None] | None]:
-    """``on_progress`` and ``on_start`` with the notifier's calls added (both are kept)."""
+    notifier: Notifier | None, on_start: Callable[[Engine], None] | None
+) -> Callable[[Engine], None] | None:
+    """``on_start`` with the notifier's start added (which asks the engine for its saves)."""
     if notifier is None:
-        return on_progress, on_start
+        return on_start
     found: Notifier = notifier
-
-    def progress(state: EngineState) -> None:
-        if on_progress is not None:
-            on_progress(state)
-        found(state)
 
     def start(engine: Engine) -> None:
         found.start(engine)
         if on_start is not None:
             on_start(engine)
 
-    return progress, start
+    return start

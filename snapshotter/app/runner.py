@@ -94,9 +94,9 @@ def run_engine(
     from snapshotter.app.notifications import notifier_for, observe
 
     config.state.dir.mkdir(parents=True, exist_ok=True)
-    # Debezium's notifications ([notifications]): one more observer of the state.
+    # Debezium's notifications ([notifications]): an observer of the states saved.
     notifier = notifier_for(config)
-    on_progress, on_start = observe(notifier, on_progress, on_start)
+    on_start = observe(notifier, on_start)
     try:
         # Lock first, then load state: state read before another engine's last save would
         # restart the sink and the slot from different points.

@@ -1,9 +1,10 @@
 """Debezium's notifications of incremental snapshots, derived from the engine's state.
 
-The engine keeps no notification logic: after every chunk close and every step it hands its
-state to an observer (``on_progress``), and the notifications are what changed between the
-last view of that state and this one (``diff``). So they follow the state exactly as it is
-saved and shown by ``status``, whatever path the engine took to get there.
+The engine keeps no notification logic: each state it saves (at a checkpoint the sink has
+acknowledged) goes to an observer, and the notifications are what changed between the last
+view of that state and this one (``diff``). So they follow the state exactly as it is saved
+and shown by ``status``, whatever path the engine took to get there, and a crash never rolls
+back behind them (the engine resumes from the newest saved state).
 
 Records are Debezium's (``io.debezium.pipeline.notification.Notification``)::
 

@@ -12,24 +12,32 @@ copy of each checkpoint until the sink acknowledges it, then saves it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from snapshotter.core.position import Position
-from snapshotter.core.state import EngineState
+from snapshotter.core.state import EngineState, TableProgress
 from snapshotter.engine.state_store import StateStore
 from snapshotter.sinks.base import Sink
 
 # How long a first start waits for the sink to acknowledge its empty first checkpoint.
 FIRST_CHECKPOINT_S = 30.0
 FIRST_CHECKPOINT_POLL_S = 0.01
+# At shutdown, with a save observer: how long the sink may take to acknowledge the final
+# checkpoint before it is closed (the observer then sees the final state, sink open).
+SETTLE_S = 10.0
+
+# Called with each state saved and the live records its snapshots were copied from (same
+# order): what the engine's records are now, as of a state a crash cannot roll back.
+SaveObserver = Callable[[EngineState, Sequence[TableProgress]], None]
 
 
 @dataclass
 class _Pending:
     state: EngineState
     resume: Mapping[str, Any]
+    live: list[TableProgress]  # the records ``state.snapshots`` were copied from
 
 
 class Checkpointer:
@@ -59,6 +67,7 @@ class Checkpointer:
         self.in_txn = False  # a transaction's changes are being handed over
         self.boundary: Mapping[str, Any] | None = None  # resume point of the last txn end
         self.boundary_offset = 0  # its log offset
+        self.on_saved: SaveObserver | None = None
 
     def at_boundary(self, resume: Mapping[str, Any], log_offset: int) -> None:
         """The log is at a transaction boundary it can restart from (``resume``)."""
@@ -86,7 +95,8 @@ class Checkpointer:
         snapshot = self._state.model_copy(deep=True)
         self._flush()
         checkpoint = self._sink.checkpoint()
-        self._pending[checkpoint] = _Pending(snapshot, dict(self.boundary))
+        live = list(self._state.snapshots)
+        self._pending[checkpoint] = _Pending(snapshot, dict(self.boundary), live)
         self.unacked = len(self._pending)
         self._last = self._clock()
         self.dirty = False
@@ -121,8 +131,23 @@ class Checkpointer:
         if newest.state.stream.position:
             newest.state.prune_processed(Position.from_token(newest.state.stream.position))
         self._store.save(newest.state)
-        self.saved_at = time.time()
+        self._saved(newest.state, newest.live)
         confirm(newest.resume)
+
+    def settle(self, confirm: Callable[[Mapping[str, Any]], None]) -> None:
+        """At shutdown, before the sink closes: with a save observer, wait (SETTLE_S at
+        most) for the sink to acknowledge every pending checkpoint, saving as they come, so
+        the observer sees the final state while the sink still takes notifications."""
+        deadline = self._clock() + SETTLE_S
+        while self.on_saved is not None and self._pending and self._clock() < deadline:
+            self.collect_acks(confirm)
+            if self._pending:
+                self._sleep(FIRST_CHECKPOINT_POLL_S)
+
+    def _saved(self, state: EngineState, live: Sequence[TableProgress]) -> None:
+        self.saved_at = time.time()
+        if self.on_saved is not None:
+            self.on_saved(state, live)
 
     def save_first(self) -> None:
         """On a first start, save state naming the empty sink before writing anything: a
@@ -138,4 +163,4 @@ class Checkpointer:
                 self._sleep(FIRST_CHECKPOINT_POLL_S)
         if self._state.sink:
             self._store.save(self._state)
-            self.saved_at = time.time()
+            self._saved(self._state, list(self._state.snapshots))

@@ -40,7 +40,7 @@ from snapshotter.core.state import EngineState, SignalProblem, SnapshotStatus
 from snapshotter.core.visibility import RecentTransactions
 from snapshotter.core.window import StagedReadBatch, WindowOrderError
 from snapshotter.engine.caught_up import CaughtUp
-from snapshotter.engine.checkpointer import Checkpointer
+from snapshotter.engine.checkpointer import Checkpointer, SaveObserver
 from snapshotter.engine.key_catalog import KeyCatalog
 from snapshotter.engine.outcome import RunOutcome
 from snapshotter.engine.retry import SourceRetry, SourceUnavailableError, server_of
@@ -339,11 +339,20 @@ class Engine:
         self._workers.stop()
         try:
             self._checkpoints.final_checkpoint()
-            self._sink.close()
+            try:
+                self._checkpoints.settle(self._reader.confirm)
+            finally:
+                self._sink.close()
             self._collect_acks()
         finally:
             self._reader.close()
             self._dialect.close()
+
+    def observe_saves(self, observer: SaveObserver) -> None:
+        """Call ``observer`` after each state save (the sink acknowledged what it covers)
+        with the saved state and the live records it was copied from: the notifications
+        report only what a crash cannot take back."""
+        self._checkpoints.on_saved = observer
 
     def exit_code(self) -> int:
         return self._outcome.exit_code(self.state)

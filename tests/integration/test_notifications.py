@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import re
+import signal
+import subprocess
 import time
 from collections.abc import Callable
 from typing import Any
@@ -14,6 +18,7 @@ import pytest
 
 from snapshotter.engine.workers import PhaseHooks
 from snapshotter.sinks.jsonl import notifications_path
+from tests.integration.test_convergence import REPO, _cli
 
 ROWS = 3000
 CHUNK = 500
@@ -152,7 +157,8 @@ def _wait_for(cap: Any, kind: str, timeout: float = 30.0) -> list[dict[str, Any]
 
 
 def test_pause_resume_and_stop_are_reported(make: Callable[..., Any]) -> None:
-    cap = make("table", chunk_size=50)
+    # Notifications follow the saved state: checkpoints every 100 ms keep them close.
+    cap = make("table", chunk_size=50, state_config="checkpoint_interval_ms = 100")
     _items(cap, 2000)  # 40 chunks, slowed below: the signals land while it runs
     cap.init()
     engine = cap.start(hooks=PhaseHooks(after_open=lambda task: time.sleep(0.05)))
@@ -217,3 +223,57 @@ def test_the_kafka_sink_channel(capture: Any, pg_schema: str, kafka_bootstrap: s
     )
     assert [k["payload"] for k in keys] == [{"id": r["id"]} for r in records]
     assert records[-2]["additional_data"]["total_rows_scanned"] == "1000"
+
+
+NOTIFIED = re.compile(r" INFO snapshotter\.notifications: (\{.*\})$", re.MULTILINE)
+
+
+def test_after_a_crash_and_resume_progress_never_goes_back(make: Callable[..., Any]) -> None:
+    """Issue 26: SIGKILLed mid-snapshot, then resumed, the engine sent IN_PROGRESS again with
+    ``last_processed_key`` going back (7607 -> 2027): it had notified chunks the sink had not
+    acknowledged, and the resumed run read them again. Checkpoints every 2 s keep the saved
+    state well behind the chunks read when the kill comes. On the log channel (stderr of
+    both runs) and the table channel alike: one STARTED, keys that only grow, one
+    TABLE_SCAN_COMPLETED and COMPLETED at the end."""
+    rows, chunk = 20_000, 100
+    cap = make("log", "table", chunk_size=chunk, state_config="checkpoint_interval_ms = 2000")
+    _items(cap, rows)
+    cap.init()
+    cap.execute(f"{cap.schema}.items")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    killed = subprocess.run(
+        _cli(cap, "run", "--until-caught-up"),
+        cwd=REPO,
+        env={**env, "SNAPSHOTTER_FAULTS": "window.close@150"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    resumed = subprocess.run(
+        _cli(cap, "resume", "--until-caught-up"),
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    logged = [json.loads(m) for m in NOTIFIED.findall(killed.stderr + resumed.stderr)]
+    for records in (logged, _table_rows(cap)):
+        types = _types(records)
+        keys = [
+            int(r["additional_data"]["last_processed_key"])
+            for r in records
+            if r["type"] == "IN_PROGRESS"
+        ]
+        assert keys == sorted(keys), f"last_processed_key went back: {keys}"
+        assert keys and keys[-1] == rows
+        assert types.count("STARTED") == 1 and types[0] == "STARTED"
+        assert types[-2:] == ["TABLE_SCAN_COMPLETED", "COMPLETED"]
+        assert types.count("COMPLETED") == types.count("TABLE_SCAN_COMPLETED") == 1
+    assert _table_rows(cap) == logged
+    verdict = cap.verify("items")
+    assert verdict.ok, verdict.render()

@@ -7,6 +7,7 @@ import json
 import logging
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from itertools import pairwise
 from typing import Any
 
@@ -367,6 +368,10 @@ class _FakeEngine:
     def __init__(self, state: EngineState, sink: Any) -> None:
         self.state = state
         self.sink = sink
+        self.observer: Any = None
+
+    def observe_saves(self, observer: Any) -> None:
+        self.observer = observer
 
 
 class _NotifiedSink:
@@ -400,6 +405,65 @@ def test_the_log_channel_and_the_sink_channel(caplog: pytest.LogCaptureFixture) 
     assert all(r.levelno == logging.INFO for r in lines)
     assert [t for t, _ in sink.got] == ["test.notifications"] * 3
     assert [r for _, r in sink.got] == [json.loads(r.getMessage()) for r in lines]
+
+
+def test_only_saved_states_are_notified_so_a_resume_never_goes_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 26: IN_PROGRESS followed the engine's live state, ahead of the state saved at
+    the last acknowledged checkpoint; after a crash the resumed run read those chunks again
+    and sent ``last_processed_key`` going back (7607 -> 2027). Saved states only: the live
+    records run ahead unseen, and copies of them (as the checkpointer takes) are what is
+    sent, told apart by the live records they were copied from (no second STARTED)."""
+    caplog.set_level(logging.INFO, logger="snapshotter.notifications")
+    saved: list[str] = []  # the state file, as the engine saves it
+
+    def run(state: EngineState) -> tuple[Callable[[], None], _FakeEngine]:
+        notifier = Notifier([LogChannel()], connector="test")
+        engine = _FakeEngine(state, None)
+        notifier.start(engine)  # type: ignore[arg-type]
+
+        def save() -> None:  # a checkpoint acknowledged: its copy saved, then observed
+            copy = state.model_copy(deep=True)
+            saved.append(copy.to_json())
+            engine.observer(copy, list(state.snapshots))
+
+        return save, engine
+
+    def sent() -> list[str]:
+        records = [json.loads(r.getMessage()) for r in caplog.records]
+        return [
+            r["type"] + " " + r["additional_data"].get("last_processed_key", "") for r in records
+        ]
+
+    live = EngineState()
+    save, _ = run(live)
+    (a,) = [TableProgress(table="public.a", signal_id="sig")]
+    live.add(a)
+    start(a, 100)
+    for last in (20, 40):
+        chunk(a, last, 10)
+    save()
+    for last in (60, 80):  # read, not yet acknowledged: not said
+        chunk(a, last, 10)
+    assert sent() == ["STARTED ", "IN_PROGRESS 40"]
+    save()
+    chunk(a, 100, 10)  # the last chunk: killed before the next save
+    assert sent() == ["STARTED ", "IN_PROGRESS 40", "IN_PROGRESS 80"]
+
+    resumed = EngineState.from_json(saved[-1])  # the resumed run loads the newest save
+    save, _ = run(resumed)
+    (b,) = resumed.snapshots
+    chunk(b, 100, 10)  # read again
+    save()
+    assert sent() == [
+        "STARTED ",
+        "IN_PROGRESS 40",
+        "IN_PROGRESS 80",
+        "IN_PROGRESS 100",
+        "TABLE_SCAN_COMPLETED ",
+        "COMPLETED ",
+    ]
 
 
 def test_a_failing_channel_never_stops_the_engine(caplog: pytest.LogCaptureFixture) -> None:
