@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import signal
-import subprocess
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,7 +16,7 @@ import pytest
 
 from snapshotter.engine.workers import PhaseHooks
 from snapshotter.sinks.jsonl import notifications_path
-from tests.integration.test_convergence import REPO, _cli
+from tests.integration.test_stream_position import cli
 
 ROWS = 3000
 CHUNK = 500
@@ -240,26 +238,9 @@ def test_after_a_crash_and_resume_progress_never_goes_back(make: Callable[..., A
     _items(cap, rows)
     cap.init()
     cap.execute(f"{cap.schema}.items")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    killed = subprocess.run(
-        _cli(cap, "run", "--until-caught-up"),
-        cwd=REPO,
-        env={**env, "SNAPSHOTTER_FAULTS": "window.close@150"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    killed = cli(cap, "run", "--until-caught-up", env={"SNAPSHOTTER_FAULTS": "window.close@150"})
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    resumed = subprocess.run(
-        _cli(cap, "resume", "--until-caught-up"),
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    resumed = cli(cap, "resume", "--until-caught-up")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     logged = [json.loads(m) for m in NOTIFIED.findall(killed.stderr + resumed.stderr)]
     for records in (logged, _table_rows(cap)):
