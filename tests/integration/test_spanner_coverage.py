@@ -17,6 +17,8 @@ import pytest
 
 from snapshotter.engine import watchdog
 from snapshotter.engine.watchdog import LogCoverageError
+from snapshotter.sources.log import LogReaderError
+from snapshotter.sources.positions import StreamPositionLost
 from tests.integration import test_spanner_source as source_tests
 from tests.integration.engine_harness import Capture, EngineThread
 from tests.integration.test_spanner_source import (
@@ -178,3 +180,34 @@ def test_a_stream_dropped_and_created_again_is_a_lost_position_with_the_way_out(
     assert code == 0, said
     assert capture.run(timeout=180) == 0
     assert _status_warnings(capture, capsys) == []
+
+
+@pytest.mark.parametrize("dialect", ["postgresql"])
+def test_a_stream_dropped_and_created_again_under_a_running_engine_stops_it_the_same_way(
+    spanner_case: Callable[..., SpannerCase], dialect: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    case = spanner_case(dialect)
+    capture = case.capture
+    keys = seed_rows(case.database, dialect, 100)
+    capture.init()
+    engine = capture.start()
+    writer = SpannerWriter(case.database, dialect, seed=17, keys=keys, next_id=100).start()
+    try:
+        _streaming(capture)
+        case.database.update_ddl([f"DROP CHANGE STREAM {STREAM}", stream_ddl(dialect)]).result(120)
+        # The partition queries fail at once (their partitions are not the new stream's).
+        with pytest.raises(LogReaderError) as stopped:
+            engine.join(120)
+    finally:
+        writer.stop_event.set()
+        engine.stop_flag.set()
+    writer.stop()
+    assert isinstance(stopped.value.__cause__, StreamPositionLost), stopped.value
+    assert f"change stream {STREAM} can no longer be read from where the engine was" in str(
+        stopped.value
+    )
+    assert "reset-stream" in str(stopped.value)
+    code, said = _cli_says(capture, capsys, "resume", "--until-caught-up")
+    assert code == 1, said
+    assert f"change stream {STREAM} cannot be read from the saved position" in said
+    assert f"snapshotter reset-stream -c {capture.config_path}" in said

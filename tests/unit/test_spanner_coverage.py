@@ -90,7 +90,10 @@ def test_which_query_errors_mean_the_saved_position_is_gone() -> None:
         "associated with the TVF. Received partition_token: abc"
     )
     assert lost_reason(too_old) == str(too_old.message)
-    assert lost_reason(other_stream) == str(other_stream.message)
+    assert lost_reason(other_stream) == (
+        "Specified partition_token is invalid, as it does not belong to the Change Stream "
+        "associated with the TVF."
+    )
     # A start before a partition's own start is a bug of ours, not a lost position.
     assert lost_reason(gexc.OutOfRange("start_timestamp is invalid for the partition")) is None
     assert lost_reason(gexc.ServiceUnavailable("too far in the past")) is None

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -51,6 +52,7 @@ _U64 = (1 << 64) - 1
 _QUEUE_MESSAGES = 256  # rows of partition queries waiting for the engine: bounds memory
 _RETRY_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 _RETRY_FOR_S = 300.0  # a partition failing transiently for longer stops the reader
+_PARTITION_TOKEN = re.compile(r"\s*Received partition_token: \S+")
 
 
 def resume_start(start_us: int, change_stream: str) -> dict[str, Any]:
@@ -422,7 +424,8 @@ def lost_reason(exc: BaseException) -> str | None:
     (one of the same name created again has other partitions); None for other errors."""
     from google.api_core import exceptions as gexc
 
-    said = reason(exc)
+    # Without the token it names: long, and of no use to a reader.
+    said = _PARTITION_TOKEN.sub("", reason(exc))
     lower = said.lower()
     if isinstance(exc, gexc.OutOfRange) and "too far in the past" in lower:
         return said
