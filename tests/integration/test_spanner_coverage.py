@@ -211,3 +211,30 @@ def test_a_stream_dropped_and_created_again_under_a_running_engine_stops_it_the_
     assert code == 1, said
     assert f"change stream {STREAM} cannot be read from the saved position" in said
     assert f"snapshotter reset-stream -c {capture.config_path}" in said
+
+
+@pytest.mark.parametrize("dialect", ["googlesql", "postgresql"])
+def test_a_stream_for_all_then_for_none_is_seen_though_information_schema_says_all(
+    spanner_case: Callable[..., SpannerCase], dialect: str
+) -> None:
+    """The emulator's information_schema keeps ``all`` after DROP FOR ALL, while the stream
+    sends nothing: the stream's own DDL statement decides."""
+    from snapshotter.sources.connector import connector_for
+
+    case = spanner_case(dialect)
+    capture = case.capture
+    connector = connector_for(capture.config.source)
+    handle = connector.connect()
+    items = capture.table_id("items")
+    try:
+        alter = f"ALTER CHANGE STREAM {STREAM}"
+        case.database.update_ddl([f"{alter} SET FOR ALL"]).result(120)
+        assert connector.log_coverage_problems(handle, [items]) == []
+        case.database.update_ddl([f"{alter} DROP FOR ALL"]).result(120)
+        problems = connector.log_coverage_problems(handle, [items])
+    finally:
+        connector.dispose(handle)
+    assert [p.split(":")[0] for p in problems] == [
+        f"change stream {STREAM} does not watch the signal table public.debezium_signal",
+        f"change stream {STREAM} does not watch public.items",
+    ]
