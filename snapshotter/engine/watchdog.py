@@ -30,7 +30,7 @@ from typing import Protocol
 from signals.names import TableId
 from snapshotter.engine.scheduler import Flight
 from snapshotter.sources.log import LogReaderError
-from snapshotter.sources.positions import name_config
+from snapshotter.sources.positions import error_reason, name_config
 
 log = logging.getLogger("snapshotter.engine")
 
@@ -89,11 +89,17 @@ class Overdue:
             "its close watermark"
         )
 
-    def warning(self) -> str:
+    def warning(self, asked: bool) -> str:
+        """``asked``: whether the source answered (and reported nothing missing)."""
+        source = (
+            "the source reports nothing missing from its log"
+            if asked
+            else "the source could not be asked what its log lacks"
+        )
         return (
             f"chunk window {self.window_id} of {self.table} has waited {self.waited_s:.0f} s "
-            "for its close watermark in the log, and the source reports nothing missing "
-            "from its log; still waiting (the log may be slow or far behind)"
+            f"for its close watermark in the log, and {source}; still waiting (the log may "
+            "be slow or far behind)"
         )
 
 
@@ -150,13 +156,7 @@ class Watchdog:
                 else f"found by the check every {self.every_s:.0f} s"
             )
             return Verdict(stop=coverage_message(problems, found))
-        warnings = [o.warning() for o in overdue]
-        if problems is None and overdue:
-            warnings = [
-                w.replace("the source reports nothing", "the source could not be asked for what is")
-                for w in warnings
-            ]
-        return Verdict(warnings=warnings)
+        return Verdict(warnings=[o.warning(asked=problems is not None) for o in overdue])
 
 
 class CoverageWatch:
@@ -171,6 +171,7 @@ class CoverageWatch:
         self._thread: threading.Thread | None = None
         self._answer: tuple[list[str] | None, list[Overdue]] | None = None
         self._lock = threading.Lock()
+        self._closing = threading.Event()
 
     def poll(self, now: float, waiting: Mapping[str, TableId]) -> None:
         """Take a finished answer (raise LogCoverageError on a problem, log warnings), then
@@ -201,7 +202,8 @@ class CoverageWatch:
         try:
             problems = coverage.problems()
         except Exception as exc:  # the source is down or slow: asked again later
-            log.warning("could not ask the source what its log carries: %s", exc)
+            if not self._closing.is_set():
+                log.warning("could not ask the source what its log lacks: %s", error_reason(exc))
             problems = None
         with self._lock:
             self._answer = (problems, overdue)
@@ -210,6 +212,7 @@ class CoverageWatch:
         """Let a check in progress end on its own (its answer is dropped), then close."""
         if self._coverage is None:
             return
+        self._closing.set()
         thread = self._thread
         if thread is not None:
             thread.join(timeout=5)

@@ -91,7 +91,7 @@ def test_an_overdue_window_with_nothing_missing_is_warned_about_and_waited_for()
     assert "w1" in warning and "public.orders" in warning and "61 s" in warning
     assert "still waiting" in warning and "reports nothing missing" in warning
     (unasked,) = watchdog().answered(None, overdue).warnings
-    assert "could not be asked" in unasked and "still waiting" in unasked
+    assert "could not be asked what its log lacks" in unasked and "still waiting" in unasked
 
 
 def test_a_periodic_check_that_finds_nothing_says_nothing() -> None:
