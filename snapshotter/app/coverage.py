@@ -14,6 +14,7 @@ this module asks it:
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from signals.names import TableId
@@ -47,17 +48,38 @@ class CoverageProbe:
         self.connector = connector or connector_for(config.source)
         self._handle: Any = None
         self._dialect: Dialect | None = None
+        # A check still running when the engine closes releases the connections itself,
+        # when it ends (close does not wait for a slow source).
+        self._lock = threading.Lock()
+        self._closed = False
+        self._busy = False
 
     def problems(self) -> list[str]:
         connector = self.connector
-        if self._dialect is None:
-            self._dialect = connector.open_dialect()
-        if self._handle is None:
-            self._handle = connector.connect(timeout_s=CONNECT_TIMEOUT_S)
-        tables = captured_now(self._config, self._dialect)
-        return connector.log_coverage_problems(self._handle, tables)
+        with self._lock:
+            if self._closed:
+                return []
+            self._busy = True
+        try:
+            if self._dialect is None:
+                self._dialect = connector.open_dialect()
+            if self._handle is None:
+                self._handle = connector.connect(timeout_s=CONNECT_TIMEOUT_S)
+            tables = captured_now(self._config, self._dialect)
+            return connector.log_coverage_problems(self._handle, tables)
+        finally:
+            with self._lock:
+                self._busy = False
+                if self._closed:
+                    self._release()
 
     def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if not self._busy:
+                self._release()
+
+    def _release(self) -> None:
         if self._handle is not None:
             self.connector.dispose(self._handle)
             self._handle = None

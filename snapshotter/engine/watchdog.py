@@ -215,7 +215,7 @@ class CoverageWatch:
         self._closing.set()
         thread = self._thread
         if thread is not None:
-            thread.join(timeout=5)
+            thread.join(timeout=2)
         self._coverage.close()
 
 
