@@ -529,6 +529,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from snapshotter.app.progress import live_progress
     from snapshotter.app.runner import StopFlag, run_engine
     from snapshotter.engine.state_store import StateLockedError
+    from snapshotter.engine.watchdog import LogCoverageError
     from snapshotter.sinks.jsonl import JsonlSinkError
     from snapshotter.sources.log import LogReaderError
     from snapshotter.sources.positions import StreamPositionLost
@@ -552,6 +553,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise CliError(f"{exc}; is another `snapshotter run` using {config.state.dir}?") from None
     except StreamPositionLost as exc:  # checked before the log reader opened
         raise CliError(str(exc.for_config(args.config))) from None
+    except LogCoverageError as exc:  # the log lacks a table: before streaming, or while
+        raise CliError(exc.for_config(args.config)) from None
     except LogReaderError as exc:
         if isinstance(exc.__cause__, StreamPositionLost):  # lost while the engine ran
             tables = _tables_to_snapshot(config)

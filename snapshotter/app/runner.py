@@ -8,6 +8,7 @@ import signal
 import threading
 from collections.abc import Callable
 
+from snapshotter.app.coverage import refuse_uncovered
 from snapshotter.app.stream_position import check_before_streaming
 from snapshotter.config import Config
 from snapshotter.core.state import EngineState
@@ -40,19 +41,27 @@ def build_engine(
     # invalidated, or created again; a binlog file purged) is an error that says what to
     # do, never a silent start elsewhere (PostgreSQL would start a slot at its own position).
     check_before_streaming(config, dialect, state_path(config))
-    engine = Engine(
-        config=config,
-        dialect=dialect,
-        open_reader=connector.reader_opener(dialect),
-        sink=sink or sink_for(config, dialect.describe, keys.key_names),
-        store=store,
-        keys=keys,
-        hooks=hooks,
-        on_progress=on_progress,
-        # One more dialect (connection, statement guard) per extra chunk worker.
-        open_dialect=connector.open_dialect,
-        remote_reads=executor_reads(config),
-    )
+    # Nor a run whose log lacks the signal table or a captured table (app.coverage); the
+    # engine asks the same again while it runs (engine.watchdog).
+    coverage = refuse_uncovered(config, dialect)
+    try:
+        engine = Engine(
+            config=config,
+            dialect=dialect,
+            open_reader=connector.reader_opener(dialect),
+            sink=sink or sink_for(config, dialect.describe, keys.key_names),
+            store=store,
+            keys=keys,
+            hooks=hooks,
+            on_progress=on_progress,
+            # One more dialect (connection, statement guard) per extra chunk worker.
+            open_dialect=connector.open_dialect,
+            remote_reads=executor_reads(config),
+            log_coverage=coverage,
+        )
+    except BaseException:
+        coverage.close()
+        raise
     return engine, store
 
 

@@ -12,6 +12,8 @@
 - ``checkpointer``: checkpoints and the state saved once the sink acknowledges one;
 - ``caught_up``: when ``--until-caught-up`` may stop;
 - ``outcome``: the exit code;
+- ``watchdog``: what the source's log no longer carries (asked while running, and when a
+  close watermark is overdue);
 - ``signal_cleanup``: deleting the engine's own watermark rows;
 - ``state_store``: the state file (atomic replace, lock).
 """

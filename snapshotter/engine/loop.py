@@ -50,6 +50,7 @@ from snapshotter.engine.signal_cleanup import WatermarkCleanup
 from snapshotter.engine.state_store import StateStore
 from snapshotter.engine.stats import EngineStats
 from snapshotter.engine.task_answers import TaskAnswers
+from snapshotter.engine.watchdog import LogCoverage, log_watch, waiting_for_close
 from snapshotter.engine.watermarks import WatermarkRows
 from snapshotter.engine.workers import (
     ChunkTask,
@@ -101,13 +102,16 @@ class Engine:
         new_window_id: Callable[[], str] | None = None,
         remote_reads: RemoteReads | None = None,
         wall_ms: Callable[[], int] | None = None,
+        log_coverage: LogCoverage | None = None,
     ) -> None:
         """``keys``: the catalog the sinks ask for key names (a new one if None).
         ``clock`` and ``sleep``: every time read and wait of the engine (a simulation passes
         its own). ``start_workers``: builds the chunk-worker pool (the threaded
         ``ChunkWorkers`` if None). ``new_window_id``: the ids of chunk windows (random UUIDs
         if None); a simulation passes its own, since they reach the signal table.
-        ``wall_ms``: the epoch-ms clock of the snapshots' start times in state."""
+        ``wall_ms``: the epoch-ms clock of the snapshots' start times in state.
+        ``log_coverage``: what the source's log no longer carries, asked while running
+        (``engine.watchdog``); None: overdue close watermarks are only warned about."""
         source = config.source
         self._source = source
         self._dialect = dialect
@@ -201,6 +205,7 @@ class Engine:
         )
         self._actions = SignalActions.default(self._signal_context())
         self.stats = EngineStats()
+        self._watch = log_watch(log_coverage, source.chunk_timeout_s)
 
     @property
     def keys(self) -> KeyCatalog:
@@ -289,6 +294,7 @@ class Engine:
             with contextlib.suppress(Exception):
                 self._sink.close()
             self._dialect.close()
+            self._watch.close()
             raise
         self._reader = reader
         start = getattr(reader, "start_resume", None)
@@ -318,6 +324,8 @@ class Engine:
         for result in self._workers.poll():
             self._answers.answered(result)
         self._schedule()
+        # Stops the engine (LogCoverageError) when the log no longer carries what it needs.
+        self._watch.poll(self._clock(), waiting_for_close(self._scheduler.flights()))
         self._checkpoints.maybe_checkpoint()
         self._collect_acks()
         if self._on_progress is not None:
@@ -347,6 +355,7 @@ class Engine:
         finally:
             self._reader.close()
             self._dialect.close()
+            self._watch.close()
 
     def observe_saves(self, observer: SaveObserver) -> None:
         """Call ``observer`` after each state save (the sink acknowledged what it covers)

@@ -40,6 +40,12 @@ def to_go_on(config: str) -> str:
     return f"run `snapshotter reset-stream -c {quoted}`, then snapshot the tables again"
 
 
+def name_config(text: str, config: str) -> str:
+    """``text`` with the placeholder ``-c CONF`` (a message built where the config file was
+    not known) naming ``config``."""
+    return text.replace(f"-c {CONF}", f"-c {shlex.quote(config)}")
+
+
 def gone(dropped: bool) -> str:
     """How ``teardown`` reports one object."""
     return "dropped" if dropped else "already gone"

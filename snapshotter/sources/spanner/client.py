@@ -11,6 +11,7 @@ there.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -23,6 +24,7 @@ from google.api_core import exceptions as gexc
 # sessions get Aborted, which it retries. Off for the emulator only.
 _MULTIPLEXED_RW = "GOOGLE_CLOUD_SPANNER_MULTIPLEXED_SESSIONS_FOR_RW"
 EMULATOR_ENV = "SPANNER_EMULATOR_HOST"
+_REQUEST_ID = re.compile(r",\s*request_id\s*=\s*[\w.]+\s*$")
 
 
 class SpannerDialectKind(StrEnum):
@@ -122,4 +124,6 @@ def reason(exc: BaseException) -> str:
     """The first line of what Spanner said."""
     said = exc.message if isinstance(exc, gexc.GoogleAPICallError) else None
     text = (said or str(exc)).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    # The client appends its own request id to what Spanner said: noise to a reader.
+    text = _REQUEST_ID.sub("", text.splitlines()[0]) if text else ""
+    return text or type(exc).__name__

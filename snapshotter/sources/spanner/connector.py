@@ -21,7 +21,7 @@ from snapshotter.core.position import Position
 from snapshotter.sources.base import Dialect
 from snapshotter.sources.connector import Capture, ConnectError, Connector, SetupCheck
 from snapshotter.sources.log import KeyColumns, LogReader, LogReaderError, OpenReader
-from snapshotter.sources.positions import NewStart, to_go_on
+from snapshotter.sources.positions import NewStart, name_config, to_go_on
 from snapshotter.sources.setup_common import captured_by, resolve_tables
 from snapshotter.sources.spanner import client as sp_client
 from snapshotter.sources.spanner import setup as sp_setup
@@ -29,7 +29,7 @@ from snapshotter.sources.spanner.dialect import SpannerDialect
 from snapshotter.sources.spanner.positions import iso as _iso
 from snapshotter.sources.spanner.positions import restart_us as _restart_us
 from snapshotter.sources.spanner.positions import retention_s
-from snapshotter.sources.spanner.reader import resume_start
+from snapshotter.sources.spanner.reader import resume_start, unreadable_from
 
 log = logging.getLogger(__name__)
 
@@ -196,6 +196,16 @@ class SpannerConnector:
                 f"change stream {stream} keeps changes for {keep_s // 3600} h; the saved "
                 f"position is {age_s / 3600:.1f} h old"
             )
+        # A stream dropped and created again under the same name exists and keeps changes
+        # as long, but only from its creation: ask it for the saved start (partitions
+        # restart one microsecond before it).
+        start = restart - 1 if resume.get("partitions") else restart
+        said = unreadable_from(handle.db, handle.kind, stream, start)
+        if said is not None:
+            return (
+                f"change stream {stream} cannot be read from the saved position (Spanner: "
+                f"{said}); it was dropped and created again since, or its retention passed"
+            )
         return None
 
     def position_backlog(
@@ -213,22 +223,27 @@ class SpannerConnector:
         # The state first: its restart point only moves on, so the age measured after it
         # can only be overstated by the moment between the two reads.
         resume = saved()
+        source = self.source
+        captured = captured_by(source.tables, source.default_schema, source.signal_table_id)
+        tables = [t for t in handle.list_tables() if captured(t)]
+        # What the stream no longer watches: missing changes, or snapshots that cannot go on.
+        coverage = [name_config(p, config) for p in self.log_coverage_problems(handle, tables)]
         problem = self.position_problem(handle, resume)
         if problem is not None:
-            return [f"{problem}: {to_go_on(config)}"]
+            return [f"{problem}: {to_go_on(config)}", *coverage]
         restart = _restart_us(resume)
         if restart is None:
-            return []
+            return coverage
         facts = handle.stream_facts(resume.get("change_stream") or self.change_stream)
         keep_s = retention_s(facts.options)
         age_s = (handle.server_time_us() - restart) / 1e6
         if age_s > keep_s / 2:
-            return [
+            coverage.append(
                 f"the saved position in change stream {self.change_stream} is "
                 f"{age_s / 3600:.1f} h old, and the stream keeps {keep_s // 3600} h: run the "
                 "engine before it is gone"
-            ]
-        return []
+            )
+        return coverage
 
     def move_to_log_end(self, handle: Any, dialect: Dialect) -> NewStart:
         now = handle.server_time_us()
@@ -264,8 +279,12 @@ class SpannerConnector:
             )
 
     def log_coverage_problems(self, handle: Any, tables: Sequence[TableId]) -> list[str]:
-        """See ``Connector.log_coverage_problems``. Not checked yet (issue 26)."""
-        return []
+        """The change stream must exist and watch the signal table and ``tables``, whole
+        (``Connector.log_coverage_problems``); one line each with the DDL that fixes it."""
+        stream = self.change_stream
+        return sp_setup.coverage_problems(
+            handle.kind, stream, handle.stream_facts(stream), tables, self.source.signal_table_id
+        )
 
     def drop_capture(self, handle: Any) -> list[str]:
         return [f"change stream {self.change_stream}: kept (not created by init)"]

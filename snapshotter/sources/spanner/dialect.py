@@ -461,10 +461,24 @@ class SpannerDialect:
         )
         return StreamFacts(
             exists=True,
-            all_tables=_truth(found[0][1]),
+            all_tables=_truth(found[0][1]) and self._declared_for_all(stream) is not False,
             tables={_table_of(self.kind, str(s), str(n)): _truth(a) for s, n, a in watched},
             options={str(k).lower(): str(v) for k, v in options},
         )
+
+    def _declared_for_all(self, stream: str) -> bool | None:
+        """Whether the database's DDL creates ``stream`` FOR ALL (None: not known). Asked
+        only when ``information_schema`` says so: the emulator keeps saying it after ``DROP
+        FOR ALL`` (docs/spanner.md, On the emulator)."""
+        from google.api_core import exceptions as gexc
+
+        from snapshotter.sources.spanner.setup import declared_for_all
+
+        try:
+            self.db.reload()  # GetDatabaseDdl, then GetDatabase
+        except gexc.GoogleAPICallError:
+            return None  # e.g. no right to read the DDL: information_schema's word stands
+        return declared_for_all(self.db.ddl_statements, stream)
 
     # --- the log ---------------------------------------------------------------------------
 

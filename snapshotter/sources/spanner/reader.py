@@ -21,18 +21,21 @@ from __future__ import annotations
 import contextlib
 import logging
 import queue
+import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from snapshotter.common.faults import failpoint
 from snapshotter.core.position import Position
 from snapshotter.sources.log import Commit, LogItem, LogReaderError, Progress
+from snapshotter.sources.positions import LostPosition, StreamPositionLost
 from snapshotter.sources.spanner.client import SpannerDialectKind, is_transient, reason
 from snapshotter.sources.spanner.decoder import SpannerDecoder
 from snapshotter.sources.spanner.merge import Child, MergeError, PartitionMerger, RecordKey
+from snapshotter.sources.spanner.positions import position_text
 from snapshotter.sources.spanner.records import (
     ChildPartitions,
     DataChange,
@@ -49,6 +52,7 @@ _U64 = (1 << 64) - 1
 _QUEUE_MESSAGES = 256  # rows of partition queries waiting for the engine: bounds memory
 _RETRY_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 _RETRY_FOR_S = 300.0  # a partition failing transiently for longer stops the reader
+_PARTITION_TOKEN = re.compile(r"\s*Received partition_token: \S+")
 
 
 def resume_start(start_us: int, change_stream: str) -> dict[str, Any]:
@@ -171,43 +175,9 @@ class SpannerLogReader:
 
     def query_partition(self, token: str | None, start_us: int) -> Any:
         """Yield the records of each row the partition's query returns (blocking)."""
-        from google.cloud.spanner_v1 import param_types
-
-        start = _timestamp(start_us)
-        names = (
-            ("p1", "p2", "p3", "p4")
-            if self._dialect is SpannerDialectKind.POSTGRESQL
-            else (
-                "start",
-                "end",
-                "token",
-                "heartbeat",
-            )
+        return stream_records(
+            self._database, self._dialect, self._sql, token, start_us, None, self._heartbeat_ms
         )
-        params = dict(zip(names, (start, None, token, self._heartbeat_ms), strict=True))
-        types = dict(
-            zip(
-                names,
-                (
-                    param_types.TIMESTAMP,
-                    param_types.TIMESTAMP,
-                    param_types.STRING,
-                    param_types.INT64,
-                ),
-                strict=True,
-            )
-        )
-        with self._database.snapshot() as snapshot:
-            result = snapshot.execute_sql(self._sql, params=params, param_types=types)
-            if self._dialect is SpannerDialectKind.POSTGRESQL:
-                for row in result:
-                    yield list(postgresql_records(row))
-            else:
-                field_type = None
-                for row in result:
-                    if field_type is None:
-                        field_type = result.fields[0].type_
-                    yield list(googlesql_records(row, field_type))
 
     # --- LogReader --------------------------------------------------------------------------
 
@@ -291,6 +261,9 @@ class SpannerLogReader:
 
     def _failed(self, token: str | None, error: BaseException) -> None:
         what = f"change stream {self._change_stream}"
+        lost = lost_reason(error)
+        if lost is not None:
+            raise self._lost(lost, error)
         if not is_transient(error):
             raise LogReaderError(f"{what}: a partition query failed: {reason(error)}") from error
         seen = self._seen.setdefault(token or "", _PartitionSeen())
@@ -312,6 +285,27 @@ class SpannerLogReader:
         timer = threading.Timer(delay, self._start, (token, start))
         timer.daemon = True
         timer.start()
+
+    def _lost(self, said: str, error: BaseException) -> LogReaderError:
+        """The saved position is gone (the stream was dropped and created again, or its
+        retention passed): the lost-position message, kept as the cause for the CLI."""
+        at = (
+            self._resume(self._merger.checkpoint())
+            if self._merger.live_tokens
+            else resume_start(self._root_start, self._change_stream)
+        )
+        lost = StreamPositionLost(
+            LostPosition(
+                f"change stream {self._change_stream} can no longer be read from where the "
+                f"engine was (Spanner: {said}); it was dropped and created again, or its "
+                "retention_period passed",
+                position_text(at) or "its start",
+            )
+        )
+        lost.__cause__ = error
+        stopped = LogReaderError(str(lost))
+        stopped.__cause__ = lost
+        return stopped
 
     def _released(self) -> list[LogItem]:
         merger = self._merger
@@ -365,6 +359,79 @@ class SpannerLogReader:
         with contextlib.suppress(queue.Empty):
             while True:
                 self._queue.get_nowait()
+
+
+def stream_records(
+    database: Any,
+    dialect: SpannerDialectKind,
+    text: str,
+    token: str | None,
+    start_us: int,
+    end_us: int | None,
+    heartbeat_ms: int,
+) -> Iterator[list[Record]]:
+    """The records of each row a change stream query returns (blocking): a partition's
+    (``token``), or the first partitions' (no token), from ``start_us`` to ``end_us`` (None:
+    until the partition ends)."""
+    from google.cloud.spanner_v1 import param_types
+
+    names = (
+        ("p1", "p2", "p3", "p4")
+        if dialect is SpannerDialectKind.POSTGRESQL
+        else ("start", "end", "token", "heartbeat")
+    )
+    end = None if end_us is None else _timestamp(end_us)
+    values = (_timestamp(start_us), end, token, heartbeat_ms)
+    kinds = (param_types.TIMESTAMP, param_types.TIMESTAMP, param_types.STRING, param_types.INT64)
+    params = dict(zip(names, values, strict=True))
+    types = dict(zip(names, kinds, strict=True))
+    with database.snapshot() as snapshot:
+        result = snapshot.execute_sql(text, params=params, param_types=types)
+        if dialect is SpannerDialectKind.POSTGRESQL:
+            for row in result:
+                yield list(postgresql_records(row))
+        else:
+            field_type = None
+            for row in result:
+                if field_type is None:
+                    field_type = result.fields[0].type_
+                yield list(googlesql_records(row, field_type))
+
+
+def unreadable_from(
+    database: Any, dialect: SpannerDialectKind, change_stream: str, start_us: int
+) -> str | None:
+    """Why the change stream cannot be read from ``start_us`` (Spanner's words: the stream
+    was dropped and created again after it, or its retention passed); None when it can. Asks
+    for the first partitions at that one instant, which answers at once."""
+    from google.api_core import exceptions as gexc
+
+    text = _stream_sql(dialect, change_stream)
+    try:
+        for _ in stream_records(database, dialect, text, None, start_us, start_us, 1000):
+            pass
+    except gexc.GoogleAPICallError as exc:
+        lost = lost_reason(exc)
+        if lost is None:
+            raise
+        return lost
+    return None
+
+
+def lost_reason(exc: BaseException) -> str | None:
+    """Spanner's words when a change stream query names a start the stream no longer has
+    (before its creation, or past its retention) or a partition of a stream dropped since
+    (one of the same name created again has other partitions); None for other errors."""
+    from google.api_core import exceptions as gexc
+
+    # Without the token it names: long, and of no use to a reader.
+    said = _PARTITION_TOKEN.sub("", reason(exc))
+    lower = said.lower()
+    if isinstance(exc, gexc.OutOfRange) and "too far in the past" in lower:
+        return said
+    if isinstance(exc, gexc.InvalidArgument) and "does not belong to the change stream" in lower:
+        return said
+    return None
 
 
 def _timestamp(us: int) -> Any:

@@ -16,11 +16,13 @@ A change stream's value capture type decides what an event can hold:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from signals.names import TableId
 from snapshotter.sources.base import TableError
+from snapshotter.sources.positions import CONF, execute_snapshot_command, to_go_on
 from snapshotter.sources.setup_common import Problem
 from snapshotter.sources.spanner import sql
 from snapshotter.sources.spanner.client import SpannerDialectKind
@@ -35,6 +37,9 @@ CAPTURE_TYPES = {
 }
 RECOMMENDED = "NEW_ROW_AND_OLD_VALUES"
 _EXCLUDES = ("exclude_insert", "exclude_update", "exclude_delete")
+# A change stream's statement in the database's DDL (GetDatabaseDdl): its name, then the rest.
+_CREATE_STREAM = re.compile(r"\s*CREATE\s+CHANGE\s+STREAM\s+[`\"]?(\w+)[`\"]?(.*)", re.I | re.S)
+_FOR_ALL = re.compile(r"\bFOR\s+ALL\b", re.I)
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,3 +196,52 @@ def refuse_unwatched(dialect: object, tables: Sequence[TableId]) -> list[TableId
             f"{stream_ddl(dialect.kind, stream, watched, alter=True)}"
         )
     return []
+
+
+def declared_for_all(statements: Sequence[str], stream: str) -> bool | None:
+    """Whether the database's DDL (GetDatabaseDdl) creates ``stream`` ``FOR ALL``; None when
+    it does not list the stream. The emulator's ``information_schema`` keeps saying ``FOR
+    ALL`` after ``ALTER CHANGE STREAM ... DROP FOR ALL``, while the stream sends nothing."""
+    for statement in statements:
+        found = _CREATE_STREAM.match(statement)
+        if found is not None and found.group(1).lower() == stream.lower():
+            return _FOR_ALL.search(found.group(2)) is not None
+    return None
+
+
+def coverage_problems(
+    kind: SpannerDialectKind,
+    stream: str,
+    facts: StreamFacts,
+    tables: Sequence[TableId],
+    signal_table: TableId,
+) -> list[str]:
+    """What the change stream no longer carries that the engine needs, one line each with
+    the DDL that fixes it (``Connector.log_coverage_problems``): the stream itself, the
+    signal table (no signal and no watermark would arrive: a snapshot would wait forever),
+    the captured ``tables`` (their changes would be missing), each watched whole."""
+    wanted = [signal_table, *(t for t in tables if t != signal_table)]
+    if not facts.exists:
+        create = stream_ddl(kind, stream, wanted, alter=False)
+        return [
+            f"change stream {stream} does not exist: no change reaches the engine. Fix: "
+            f"{create}; then {to_go_on(CONF)}"
+        ]
+    fix = stream_ddl(kind, stream, sorted(set(facts.tables) | set(wanted)), alter=True)
+    lines = []
+    for table in wanted:
+        if facts.all_tables or facts.tables.get(table) is True:
+            continue
+        what = "does not watch" if not facts.watches(table) else "watches only some columns of"
+        if table == signal_table:
+            lines.append(
+                f"change stream {stream} {what} the signal table {table}: signals and "
+                f"watermarks do not reach the engine, so no snapshot can go on. Fix: {fix}"
+            )
+        else:
+            again = execute_snapshot_command(CONF, [str(table)])
+            lines.append(
+                f"change stream {stream} {what} {table}: changes of it are missing from the "
+                f"output. Fix: {fix}; then snapshot it again: {again}"
+            )
+    return lines
