@@ -227,7 +227,10 @@ class PlainReads:
                 failed.append(dataset)
             else:
                 self._arrow_columns = list(dataset.schema.names)
-                columns = self._columns(dataset.schema.names)
+                files = getattr(dataset, "files", None)
+                columns = (
+                    ["no data file found"] if files == [] else self._columns(dataset.schema.names)
+                )
                 sides.append((PYARROW, _ArrowSide(dataset, self.names, self.keys), columns))
         else:
             # Spark's Delta reader is what the landed state is read with; deltalake (Rust,
@@ -269,7 +272,7 @@ class PlainReads:
             return PlainRead(PANDAS, None, f"fails: {_first_line(exc)}")
         rows = len(frame)
         twice = int(frame.duplicated().sum()) if keys else 0
-        problems = [f"{twice} keys more than once"] if twice else []
+        problems = [f"{_count(twice, 'key')} read more than once"] if twice else []
         if rows != source_rows:
             problems.insert(0, f"reads {rows} rows for the table's {source_rows}")
         return PlainRead(PANDAS, rows, "; ".join(problems) or None)
@@ -333,17 +336,22 @@ def _describe(
     missing = [k for k in ours if k not in seen]
     stale = [k for k, rows in seen.items() if len(rows) == 1 and k in ours and ours[k] != rows[0]]
     parts = []
-    for found, label, rows in (
-        (twice, "keys twice or more", plain),
-        (extra, "keys the table does not have (deleted rows back?)", plain),
-        (missing, "keys missing", source),
-        (stale, "rows that differ", plain),
+    for found, noun, label, rows in (
+        (twice, "key", "read more than once", plain),
+        (extra, "key", "the table does not have (a deleted row back?)", plain),
+        (missing, "key", "missing", source),
+        (stale, "row", "differing from the table's", plain),
     ):
         if found:
-            parts.append(f"{len(found)} {label}, e.g. {_key_text(rows, found[0], keys)}")
+            example = _key_text(rows, found[0], keys)
+            parts.append(f"{_count(len(found), noun)} {label}, e.g. {example}")
     if narrowed < differing:
         parts.append(f"counted in {narrowed} of the {differing} differing key-hash buckets")
     return ", ".join(parts) or "rows differ"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _key_text(rows: pa.Table, key_hash: int, keys: Sequence[str]) -> str:
