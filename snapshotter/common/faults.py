@@ -18,6 +18,8 @@ Points (each named where it is placed, with the moment it stands for):
   renamed over the old one.
 * ``spark.land``: a Spark landing under way (the changelog appended, the table's landing
   record not yet updated).
+* ``executor.reads``: Spark tasks reading a window's sub-ranges on executors
+  (``[snapshot] executors``).
 * ``spark.compact.written``: a Parquet compaction's new base written, the table's landing
   record not yet naming it (the new base is a stray: a plain reader would see it besides
   the old one).

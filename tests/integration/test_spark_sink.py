@@ -272,3 +272,59 @@ def test_a_plain_reader_of_current_sees_the_exact_state_while_running_and_after(
     assert cap.run(timeout=300) == 0
     assert not [f for f in strays if f.exists()]
     assert cap.landed_rows("items") == cap.source_rows("items")  # plain reader included
+
+
+def test_pyarrow_and_pandas_read_current_after_a_run_as_the_table(capture: Any) -> None:
+    """Issue 26: ``pyarrow.parquet.read_table(<table>/current)`` and ``pandas.read_parquet``
+    read 0 rows of a base in ``current/__base=<batch>`` (a name starting with ``_``). After a
+    run (a snapshot, then log changes compacted at its end), each plain reader reads the
+    table's rows, no column the table lacks but the meta columns, and ``__batch`` of the
+    type Spark reads in ``changelog/``."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    from snapshotter.sinks.spark.types import META_COLUMNS
+
+    cap: Capture = capture(chunk_size=200, sink="spark")
+    items = f'"{cap.schema}".items'
+    cap.sql(
+        f"CREATE TABLE {items} (id bigint PRIMARY KEY, name text, price numeric(12, 2), "
+        "at timestamptz)"
+    )
+    cap.sql(f"ALTER TABLE {items} REPLICA IDENTITY FULL")
+    cap.sql(
+        f"INSERT INTO {items} SELECT g, 'n' || g, g * 1.25, "
+        "timestamptz '2024-01-01 00:00:00+00' + g * interval '1 minute' "
+        "FROM generate_series(1, 1000) g"
+    )
+    cap.init()
+    cap.execute(f"{cap.schema}.items")
+    assert cap.run(timeout=300) == 0
+    cap.sql(f"UPDATE {items} SET name = name || '+', price = NULL WHERE id % 7 = 0", None)
+    cap.sql(f"DELETE FROM {items} WHERE id % 11 = 0", None)
+    cap.sql(f"INSERT INTO {items} SELECT g, 'new', NULL, NULL FROM generate_series(1001, 1050) g")
+    assert cap.run(timeout=300) == 0
+    expected = cap.source_rows("items")
+    assert len(expected) == 1000 - 90 + 50
+    table_dir = Path(cap.lander().table_path(cap.table_id("items")))
+    current, changelog = str(table_dir / "current"), str(table_dir / "changelog")
+    names = ["id", "name", "price", "at"]
+
+    arrow = pq.read_table(current)
+    assert sorted(arrow.column_names) == sorted([*names, *META_COLUMNS])
+    assert sorted(arrow.select(names).to_pylist(), key=lambda r: r["id"]) == sorted(
+        expected.values(), key=lambda r: r["id"]
+    )
+    frame = pd.read_parquet(current)
+    assert len(frame) == len(expected) and not frame["id"].duplicated().any()
+    assert sorted(frame["id"].tolist()) == sorted(r["id"] for r in expected.values())
+    by_id = frame.set_index("id")
+    assert by_id.loc[7, "name"] == "n7+" and by_id.loc[1001, "name"] == "new"
+    assert 11 not in by_id.index
+
+    # One type for __batch: int, as Spark reads the changelog's partition column.
+    spark = cap.lander().spark
+    int_type = spark.read.parquet(changelog).schema["__batch"].dataType
+    assert int_type.simpleString() == "int"
+    assert spark.read.parquet(current).schema["__batch"].dataType == int_type
+    assert arrow.schema.field("__batch").type == pa.int32()

@@ -23,31 +23,32 @@ Landing costs in proportion to the batch, not the table:
   nothing. Delta MERGE scans the key columns of the table to find matches; it rewrites only
   the files holding matched keys.
 * Parquet has no MERGE, and rewriting the current state per batch would cost the whole table
-  each time (quadratic in all). So the current state is kept as a *base* (a compacted copy,
-  ``current/base-<batch>``: see ``sinks.spark.bases`` for the name, readable by every plain
-  reader) plus the changelog *tail* after it, and read merged (``current_state``): per key
-  the row with the highest position. When the tail reaches ``compact_ratio`` of the base
-  (and ``compact_min_rows``), the tail is folded into a new base and the old one is deleted:
-  each row is rewritten a bounded number of times on average, so the total cost stays
-  linear. A plain Parquet reader of ``current/`` (``spark.read.parquet``,
-  ``pyarrow.parquet.read_table``, ``pandas.read_parquet``, knowing nothing of snapshotter)
-  sees the state as of the last compaction; ``current_state`` sees the exact state, and
-  ``snapshotter verify`` checks both. So that plain readers see the exact state too whenever
-  the engine is stopped or quiet, every tail is folded in when the sink closes
-  (``compact_idle``: after ``run --until-caught-up``, ``SIGTERM``) and when nothing has
-  landed for a while (the sink's idle compaction).
-* Crash safety of ``current/``: a compaction writes the new base beside the old one, then
-  names it in ``_snapshotter.json`` (the commit), then deletes the old one. A crash between
-  leaves a base directory no metadata names (a *stray*: before the commit the new base,
-  after it the old one), and a plain reader would read both (keys twice, deleted rows
-  back). A lander that writes starts by taking over every table under the root
-  (``take_over``, the sink does it when it opens, whether or not the run lands the table
-  again): strays are removed and every table's metadata is loaded, so the closing
-  compaction folds in every tail, a tail the crash left included.
+  each time (quadratic in all). So the current state is kept as a *base* (a compacted copy:
+  files ``current/base-<batch>.*``, flat so that every plain reader reads them whole, see
+  ``sinks.spark.bases``) plus the changelog *tail* after it, and read merged
+  (``current_state``): per key the row with the highest position. When the tail reaches
+  ``compact_ratio`` of the base (and ``compact_min_rows``), the tail is folded into a new
+  base and the old one is deleted: each row is rewritten a bounded number of times on
+  average, so the total cost stays linear. A plain Parquet reader of ``current/``
+  (``spark.read.parquet``, ``pyarrow.parquet.read_table``, ``pandas.read_parquet``, knowing
+  nothing of snapshotter) sees the state as of the last compaction; ``current_state`` sees
+  the exact state, and ``snapshotter verify`` checks both. So that plain readers see the
+  exact state too whenever the engine is stopped or quiet, every tail is folded in when the
+  sink closes (``compact_idle``: after ``run --until-caught-up``, ``SIGTERM``) and when
+  nothing has landed for a while (the sink's idle compaction).
+* Crash safety of ``current/``: a compaction writes the new base hidden, moves its files
+  into ``current/`` beside the old base's (``bases.publish``), names it in
+  ``_snapshotter.json`` (the commit), then deletes the old base's files. A crash between
+  leaves files of a base no metadata names (a *stray*: before the commit the new base, after
+  it the old one), and a plain reader would read both (keys twice, deleted rows back). A
+  lander that writes starts by taking over every table under the root (``take_over``, the
+  sink does it when it opens, whether or not the run lands the table again): strays are
+  removed and every table's metadata is loaded, so the closing compaction folds in every
+  tail, a tail the crash left included.
 * Parquet, appends that need no merge: while a table never landed before gets nothing but
   READ rows of keys it never had (a first snapshot without log traffic on the table:
   ``landing.appends`` decides, exactly), those rows are written straight into the base as
-  files of their own (``part-b<batch>-*``, replaced when the batch lands again), besides
+  files of their own (``<base>.b<batch>-*``, replaced when the batch lands again), besides
   the changelog: ``current/`` stays exact with no Spark job at all. The first row that
   needs a merge ends this for the table, and it lands through the tail from then on.
 * Compaction waits while the sink says the table is being snapshotted
@@ -149,10 +150,10 @@ class TableMeta:
     # compaction has to merge
     tail_rows: int = 0
     truncated_at: str | None = None  # the position of the last truncate landed
-    # parquet: the base's directory under current/: ``base-<base>`` (a compaction at the
-    # batch the base is already named after writes beside it, ``base-<base>-<tag>``, never
-    # over what it reads); ``__base=<base>`` from issue 19 to 25; None: ``v=<base>``, the
-    # name before issue 19 (sinks.spark.bases)
+    # parquet: the base's name: ``base-<base>``, its files ``current/base-<base>.*`` (a
+    # compaction at the batch the base is already named after writes beside it,
+    # ``base-<base>-<tag>``, never over what it reads); a directory of an older layout:
+    # ``__base=<base>`` (issues 19 to 25), and None: ``v=<base>`` (sinks.spark.bases)
     base_dir: str | None = None
     unavailable_columns: list[str] = field(default_factory=list)  # ever landed unavailable
 
