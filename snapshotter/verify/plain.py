@@ -303,7 +303,8 @@ class PlainReads:
         if strays:
             return (
                 f"current/ holds {', '.join(strays)}, which the table's metadata does not name "
-                "(left by a compaction a crash cut short; the engine's next run removes it)"
+                "(left by a compaction a crash cut short, or one under way; the engine's next "
+                "run removes it)"
             )
         if named is not None and bases.is_legacy(named):
             return (
