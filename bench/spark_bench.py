@@ -847,7 +847,7 @@ def child_landing(spec: dict[str, Any]) -> dict[str, Any]:
     """Part 2 in this process for one format: stage and land ``batches`` batches one by one.
     After the compactions ``plan_naive`` chose (parquet), the naive rewrite of the whole
     current state with the next batch is timed before that batch lands."""
-    from snapshotter.sinks.spark.lander import Lander, base_name
+    from snapshotter.sinks.spark.lander import Lander
     from snapshotter.sinks.spark.session import spark_session
     from snapshotter.sinks.spark.staging import StagingArea
 
@@ -879,8 +879,9 @@ def child_landing(spec: dict[str, Any]) -> dict[str, Any]:
         meta = lander.meta(SYNTH_TABLE)
         if seq - 1 in plan and meta is not None and meta.base == seq - 1 and not meta.tail_rows:
             log(f"naive rewrite of {meta.base_rows:,} rows ...")
-            base_dir = f"{lander.table_path(SYNTH_TABLE)}/current/{base_name(meta)}"
-            seconds = naive_rewrite(spark, base_dir, staged.tables[0].file, work / "naive")
+            # No tail: current/ holds the base alone (its files lie flat in it).
+            current = f"{lander.table_path(SYNTH_TABLE)}/current"
+            seconds = naive_rewrite(spark, current, staged.tables[0].file, work / "naive")
             naive.append({"for_size": plan[seq - 1], "size": meta.base_rows, "seconds": seconds})
         t0 = time.perf_counter()
         landed = lander.land([staged])

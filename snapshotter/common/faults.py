@@ -18,6 +18,13 @@ Points (each named where it is placed, with the moment it stands for):
   renamed over the old one.
 * ``spark.land``: a Spark landing under way (the changelog appended, the table's landing
   record not yet updated).
+* ``executor.reads``: Spark tasks reading a window's sub-ranges on executors
+  (``[snapshot] executors``).
+* ``spark.compact.written``: a Parquet compaction's new base written, the table's landing
+  record not yet naming it (the new base is a stray: a plain reader would see it besides
+  the old one).
+* ``spark.compact.named``: a Parquet compaction's new base named by the landing record, the
+  old base not yet deleted (the old base is a stray).
 * ``spanner.partition_end``: a Spanner change-stream partition has ended (its children
   named, some of them waiting for other parents; records of several partitions buffered).
 
@@ -41,6 +48,8 @@ POINTS = (
     "sink.flush",
     "state.write",
     "spark.land",
+    "spark.compact.written",
+    "spark.compact.named",
     "executor.reads",
     "spanner.partition_end",
 )

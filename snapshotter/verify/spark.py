@@ -6,7 +6,8 @@ them (``Dialect.read_chunk``: one short READ ONLY transaction each, no table loc
 ``chunk_rows`` rows in memory), and every chunk goes through the landing's own conversion
 (``row_converter`` then ``rows_to_landed``), so a source row becomes exactly the Arrow values
 its READ event would have landed as. The landed side is ``Lander.current_state``, read by
-Spark.
+Spark; and ``current/`` as plain readers read it (``verify.plain``: Spark, pyarrow, pandas),
+each of which must see the source table too.
 
 Level 1: every row gets a 64-bit *key hash* (of its key columns) and a 64-bit *row hash* (of
 all its columns). Rows fall into ``BUCKETS`` buckets by key hash, and each side is summarised
@@ -67,6 +68,7 @@ if TYPE_CHECKING:  # pyspark is imported where Spark is used: hashing and JSON n
     from pyspark.sql import Column, DataFrame
 
     from snapshotter.sinks.spark.lander import Lander, TableMeta
+    from snapshotter.verify.plain import PlainCheck
 
 log = logging.getLogger(__name__)
 _Ours = TypeVar("_Ours")
@@ -582,13 +584,20 @@ class LandedVerdict:
     max_keys: int  # the most rows fetched per side to narrow buckets down to keys
     notes: tuple[str, ...]
     seconds: float
+    plain: PlainCheck | None = None  # current/ as plain readers read it (None: not read)
 
     @property
     def ok(self) -> bool:
-        return self.verdict.ok and not self.differing_buckets
+        plain_ok = self.plain is None or self.plain.ok
+        return self.verdict.ok and not self.differing_buckets and plain_ok
 
     def render(self) -> str:
         lines = self.verdict.render().splitlines()
+        if self.verdict.ok and not self.ok:  # the landed state is right, current/ is not
+            lines[0] = (
+                f"NOT converged: the landed state matches the table's {self.verdict.table_rows} "
+                "rows, but plain readers of current/ do not"
+            )
         lines[0] += f" ({self.seconds:.1f} s)"
         if self.differing_buckets:
             narrowed = self.differing_buckets - self.unexamined_buckets
@@ -603,6 +612,8 @@ class LandedVerdict:
                 f"{self.max_keys} rows per side are fetched, so the counts above are a lower "
                 "bound; fix these and verify again"
             )
+        if self.plain is not None:
+            lines.extend(self.plain.lines())
         lines.extend(f"  note: {n}" for n in self.notes)
         return "\n".join(lines)
 
@@ -618,6 +629,7 @@ class LandedVerdict:
             "unexamined_rows": self.unexamined_rows,
             "max_keys": self.max_keys,
             "notes": list(self.notes),
+            "plain_reads": None if self.plain is None else self.plain.to_json(),
             "seconds": round(self.seconds, 3),
         }
 
@@ -684,7 +696,8 @@ class LandedVerifier:
     def verify(self, table: TableId) -> LandedVerdict:
         started = time.monotonic()
         schema = self.dialect.describe(table)
-        keys = self._key_columns(schema, self.lander.meta(table))
+        meta = self.lander.meta(table)
+        keys = self._key_columns(schema, meta)
         names = [c.name for c in landed_columns(schema)]
         state = self.lander.current_state(table)
         landed = LandedSide(state, names, keys) if state is not None else None
@@ -702,6 +715,14 @@ class LandedVerifier:
                 (lambda: landed.rows_in(chosen)) if landed is not None else _no_rows(names),
             )
             diffs = compare_rows(ours, theirs, names, keys)
+        plain = None
+        if meta is not None:  # current/ as plain readers read it (verify.plain)
+            from snapshotter.verify.plain import PlainReads
+
+            reads = PlainReads(self.lander, table, meta, names, keys, max_keys=self.max_keys)
+            plain = reads.check(
+                source, lambda b: source_rows_in(self.dialect, schema, keys, b, self.chunk_rows)
+            )
         left = differing[len(chosen) :]
         return LandedVerdict(
             table=table,
@@ -715,6 +736,7 @@ class LandedVerifier:
             max_keys=self.max_keys,
             notes=tuple(self._notes(table, names, state)),
             seconds=time.monotonic() - started,
+            plain=plain,
         )
 
     def _verdict(

@@ -196,8 +196,9 @@ executors = {self.executors}
     def landed_rows(self, table: str, *, plain: bool = True) -> dict[str, dict[str, Any]]:
         """The landed current state of ``table``, read with Spark: canonical key -> row
         (data columns only, as Python values). With ``plain`` (call it once the engine has
-        stopped), also as a reader that knows nothing of snapshotter reads it
-        (``spark.read.parquet(<table>/current)``), which must be the same."""
+        stopped), also as readers that know nothing of snapshotter read it
+        (``spark.read.parquet(<table>/current)``, and for Parquet ``pyarrow.parquet.read_table``
+        and ``pandas.read_parquet``: the same rows, and the same keys for pandas)."""
         from snapshotter.sinks.spark.lander import data_columns
 
         key = self.key_of(table)
@@ -208,32 +209,52 @@ executors = {self.executors}
         rows = state.select(*[f"`{c}`" for c in data_columns(state)]).toArrow().to_pylist()
         merged = {_canonical_key(r, key): r for r in rows}
         if plain:
-            seen = self.plain_landed_rows(table)
-            assert len(seen) == len(merged) and seen == merged, (
-                f"a plain reader of {table}'s current/ sees {len(seen)} rows, "
-                f"{sum(1 for k in merged if seen.get(k) != merged[k])} differing from the "
-                f"exact state's {len(merged)}"
-            )
+            readers = ["spark"]
+            if self.config.sink.format == "parquet":
+                readers += ["pyarrow", "pandas"]
+            for reader in readers:
+                seen = self.plain_landed_rows(table, reader)
+                if reader == "pandas":  # its values are pandas' own types: the keys here
+                    seen, merged_keys = dict.fromkeys(seen), dict.fromkeys(merged)
+                    assert seen == merged_keys, f"{reader} reads other keys of {table}'s current/"
+                    continue
+                assert len(seen) == len(merged) and seen == merged, (
+                    f"{reader} reading {table}'s current/ sees {len(seen)} rows, "
+                    f"{sum(1 for k in merged if seen.get(k) != merged[k])} differing from the "
+                    f"exact state's {len(merged)}"
+                )
         return merged
 
-    def plain_landed_rows(self, table: str) -> dict[str, dict[str, Any]]:
-        """``current/`` read the way a Spark user reads it: ``spark.read.parquet`` (or
-        Delta's reader), the data columns; a key seen twice fails."""
-        from snapshotter.sinks.spark.lander import data_columns
+    def plain_landed_rows(self, table: str, reader: str = "spark") -> dict[str, dict[str, Any]]:
+        """``current/`` read the way a user reads it, with the reader's default options:
+        ``spark.read.parquet`` (or Delta's reader), ``pyarrow.parquet.read_table`` or
+        ``pandas.read_parquet`` (its rows back through Arrow); the data columns; a key seen
+        twice fails."""
+        import pyarrow as pa
 
         lander = self.lander()
         path = f"{lander.table_path(self.table_id(table))}/current"
-        if self.config.sink.format == "delta":
-            df = lander.spark.read.format("delta").load(path)
+        if reader == "pyarrow":
+            import pyarrow.parquet as pq
+
+            arrow = pq.read_table(path)
+        elif reader == "pandas":
+            import pandas as pd
+
+            arrow = pa.Table.from_pandas(pd.read_parquet(path), preserve_index=False)
         else:
-            df = lander.spark.read.parquet(path)
-        columns = data_columns(df)  # without the meta columns and __base, the partition
-        rows = df.select(*[f"`{c}`" for c in columns]).toArrow().to_pylist()
+            if self.config.sink.format == "delta":
+                df = lander.spark.read.format("delta").load(path)
+            else:
+                df = lander.spark.read.parquet(path)
+            arrow = df.toArrow()
+        # Without the meta columns (and __base, the partition column of an older layout).
+        rows = arrow.select(data_columns_of(arrow))
         key = self.key_of(table)
         out: dict[str, dict[str, Any]] = {}
-        for r in rows:
+        for r in rows.to_pylist():
             k = _canonical_key(r, key)
-            assert k not in out, f"a plain reader of {table}'s current/ sees key {k} twice"
+            assert k not in out, f"{reader} reading {table}'s current/ sees key {k} twice"
             out[k] = r
         return out
 
@@ -361,6 +382,12 @@ executors = {self.executors}
 
 
 CaptureFactory = Callable[..., Capture]
+
+
+def data_columns_of(arrow: Any) -> list[str]:
+    from snapshotter.sinks.spark.types import RESERVED_COLUMNS
+
+    return [c for c in arrow.column_names if c not in RESERVED_COLUMNS]
 
 
 def _canonical_key(row: dict[str, Any], key: Sequence[str]) -> str:

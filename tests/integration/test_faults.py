@@ -82,6 +82,10 @@ MOMENTS: dict[tuple[str, str], tuple[int, int]] = {
     ("state.write", "kafka"): (1, 8),
     ("state.write", "spark"): (1, 8),
     ("spark.land", "spark"): (1, 1),
+    # Parquet compactions: at the latest the killed run's closing one (the writer leaves a
+    # tail).
+    ("spark.compact.written", "spark"): (1, 1),
+    ("spark.compact.named", "spark"): (1, 1),
 }
 SINKS = ("jsonl", "kafka", "spark")
 
@@ -277,6 +281,69 @@ def test_a_hard_crash_then_resume_converges(
     if report:
         with open(report, "a", encoding="utf-8") as out:
             out.write(json.dumps(asdict(cost)) + "\n")
+
+
+def _bases(cap: Capture, table: str) -> set[str]:
+    """The bases whose files are in ``current/`` (``base-<batch>.<file>``)."""
+    (current,) = (cap.directory / "lake").glob(f"*.{table}/current")
+    return {f.name.split(".", 1)[0] for f in current.glob("base-*")}
+
+
+@pytest.mark.parametrize("point", ["spark.compact.written", "spark.compact.named"])
+@pytest.mark.parametrize("db", ["postgres", "mysql"])
+def test_a_crash_inside_a_compaction_leaves_current_exact_after_the_next_run(
+    request: pytest.FixtureRequest, db: str, point: str
+) -> None:
+    """Issue 26: SIGKILL inside a Parquet compaction, after the new base is written (and
+    before the metadata names it) or after the metadata names it (and before the old base
+    is deleted), then a resume with no new writes to the table: the resume lands nothing of
+    it, and still removes the base the crash left and folds the tail in, so plain readers of
+    current/ (Spark, pyarrow, pandas) read the table, and verify says so."""
+    src = source_named(request, db)
+    cap = src.capture(chunk_size=500, sink="spark")
+    table = src.create(cap, "items", 2000)
+    cap.init()
+    cap.execute(qualified(cap, table.name))
+    assert cap.run(timeout=300) == 0  # the snapshot, appended to the base (no compaction)
+    (base,) = _bases(cap, table.name)
+    # Changes for the changelog tail: the next run's closing compaction folds them in.
+    src.sql(cap, "UPDATE {s}.items SET name = 'changed' WHERE n % 10 = 0")
+    src.sql(cap, "DELETE FROM {s}.items WHERE n % 20 = 1")
+    killed = subprocess.run(
+        [*_cli(cap, "run", "--until-caught-up"), "-v"],
+        cwd=REPO,
+        env={**os.environ, "SNAPSHOTTER_FAULTS": f"{point}@1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    said = killed.stdout + killed.stderr
+    assert f"fault {point}@1" in said and killed.returncode == -signal.SIGKILL, said[-3000:]
+    left = _bases(cap, table.name)
+    assert len(left) == 2 and base in left, left  # the old base and the new one
+    resumed = subprocess.run(
+        _cli(cap, "resume", "--until-caught-up"),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
+    expected = cap.source_rows(table.name)
+    assert len(expected) == 1900
+    for reader in ("spark", "pyarrow", "pandas"):
+        seen = cap.plain_landed_rows(table.name, reader)
+        assert len(seen) == len(expected), f"{reader} reads {len(seen)} rows of current/"
+        if reader != "pandas":  # its own value types: its keys are compared below
+            assert seen == expected, f"{reader} reads other rows of current/"
+    assert cap.landed_rows(table.name) == expected  # every plain reader, pandas's keys too
+    (after,) = _bases(cap, table.name)
+    meta = cap.lander().meta(cap.table_id(table.name))
+    assert meta is not None and meta.tail_rows == 0 and meta.base_dir == after
+    verdict = cap.verify_landed(table.name)
+    assert verdict.ok, verdict.render()
 
 
 @pytest.mark.parametrize(("db", "point"), [("postgres", "sink.flush"), ("mysql", "window.close")])

@@ -178,8 +178,9 @@ def test_batches_landed_again_with_other_rows_leave_no_appended_row_twice(
     assert lake.state() == expected
     assert not [
         name
-        for name in (Path(lake.lander.table_path(TABLE)) / "current").rglob("part-b*")
-        if int(name.name[6:18]) >= 2
+        # Appended files: base-<batch>.b<batch appended>-<uuid>.parquet
+        for name in (Path(lake.lander.table_path(TABLE)) / "current").glob("base-*.b*")
+        if int(name.name.split(".b", 1)[1][:12]) >= 2
     ]
 
 

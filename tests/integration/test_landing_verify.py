@@ -10,6 +10,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 import sqlalchemy as sa
 from pyspark.sql import SparkSession
@@ -20,7 +22,7 @@ from snapshotter.app import cli
 from snapshotter.config import SparkConfig
 from snapshotter.core.events import ChangeEvent, Op, SnapshotMarker, Source
 from snapshotter.core.position import Position
-from snapshotter.sinks.spark.lander import Format, Lander
+from snapshotter.sinks.spark.lander import META_FILE, Format, Lander
 from snapshotter.sinks.spark.session import spark_session
 from snapshotter.sinks.spark.staging import StagingArea
 from snapshotter.sinks.spark.types import events_to_landed
@@ -424,3 +426,156 @@ def test_mysql_landed_state_verifies_and_tampering_names_the_keys(
     [diff] = v.differing_examples
     assert dict(diff.key) == {"code": "Banana", "n": 5}
     assert [(c.column, c.table) for c in diff.columns] == [("b", "AA==")]
+
+
+# --- current/ as plain readers read it (issue 26) ------------------------------------------
+#
+# ``spark.read.parquet``, ``pyarrow.parquet.read_table``, ``pandas.read_parquet``, default
+# options: a base no metadata names (what a compaction a crash cut short leaves), a changelog
+# tail not compacted yet, and a base of the layout before issue 26 (``current/__base=<batch>``,
+# which pyarrow and pandas read as 0 rows) are each NOT converged, for that reason; a writing
+# lander's start (``take_over``) and its closing compaction make ``current/`` exact again.
+
+
+def _current(landing: Landing, table: TableId) -> Path:
+    return Path(landing.lander.table_path(table)) / "current"
+
+
+def _plain_ids(current: Path) -> dict[str, list[int]]:
+    """The keys each plain reader reads of ``current/`` (sorted, duplicates kept)."""
+    spark = SparkSession.getActiveSession()
+    assert spark is not None
+    return {
+        "spark": sorted(r["id"] for r in spark.read.parquet(str(current)).select("id").collect()),
+        "pyarrow": sorted(pq.read_table(str(current)).column("id").to_pylist()),
+        "pandas": sorted(int(i) for i in pd.read_parquet(str(current))["id"]),
+    }
+
+
+def _writing_lander(landing: Landing) -> Lander:
+    """A lander as the engine's next run opens one: it takes over every table first."""
+    lander = Lander(landing.lander.spark, landing.lander.root, "parquet")
+    lander.take_over()
+    return lander
+
+
+def test_a_stray_base_and_a_lagging_tail_are_not_converged_for_plain_readers(
+    spark: SparkSession,
+    pg_engine: sa.Engine,
+    pg_schema: str,
+    pg_dialect: PostgresDialect,
+    tmp_path: Path,
+) -> None:
+    run(pg_engine, PG_TYPED.format(s=pg_schema), PG_ROWS.format(s=pg_schema))
+    table = TableId(pg_schema, "typed")
+    landing = Landing(spark, pg_dialect, tmp_path, "parquet")
+    landing.snapshot(table)
+    current = _current(landing, table)
+    ids = list(range(-1, 61))
+    assert _plain_ids(current) == {"spark": ids, "pyarrow": ids, "pandas": ids}
+    clean = landing.verify(table)
+    assert clean.ok, clean.render()
+    assert clean.plain is not None
+    assert [(r.reader, r.rows) for r in clean.plain.reads] == [
+        ("spark.read.parquet", 62),
+        ("pyarrow.parquet.read_table", 62),
+        ("pandas.read_parquet", 62),
+    ]
+
+    # Key 3 deleted, key 2 updated; landed into the changelog tail, not compacted yet: the
+    # landed state is exact, current/ lags it.
+    rows = {r["id"]: r for r in read_rows(pg_dialect, table)}
+    run(
+        pg_engine,
+        f"DELETE FROM {pg_schema}.typed WHERE id = 3",
+        f"UPDATE {pg_schema}.typed SET name = 'changed' WHERE id = 2",
+    )
+    landing.land(
+        table,
+        [
+            landing.event(table, Op.DELETE, rows[3]),
+            landing.event(table, Op.UPDATE, {**rows[2], "name": "changed"}),
+        ],
+    )
+    lagging = landing.verify(table)
+    assert lagging.verdict.ok and not lagging.ok, lagging.render()
+    text = lagging.render()
+    assert text.startswith("NOT converged: the landed state matches the table's 61 rows, but ")
+    assert "spark.read.parquet: reads 62 rows for the table's 61: " in text
+    assert "1 key the table does not have" in text and "1 row differing from the table's" in text
+    assert "why: current/ lags the landed state: up to 2 changelog rows after batch 1" in text
+
+    # A compaction killed after the new base was named, before the old one was deleted: the
+    # old base's files are back beside the new base's.
+    old = {f.name: f.read_bytes() for f in current.glob("base-*")}
+    landing.lander.compact_idle()
+    assert not [name for name in old if (current / name).exists()]
+    for name, data in old.items():
+        (current / name).write_bytes(data)
+    broken = landing.verify(table)
+    assert broken.verdict.ok and not broken.ok, broken.render()
+    text = broken.render()
+    # Every key twice (key 2 in two versions), and key 3, deleted, back.
+    twice = "reads 123 rows for the table's 61: 61 keys read more than once"
+    assert f"spark.read.parquet: {twice}" in text
+    assert f"pyarrow.parquet.read_table: {twice}" in text
+    assert '1 key the table does not have (a deleted row back?), e.g. {"id":3}' in text
+    assert "pandas.read_parquet: reads 123 rows for the table's 61; 61 keys read more than" in text
+    assert "why: current/ holds base-000000000001, which the table's metadata does not name" in text
+    assert "lags" not in text
+    result = broken.to_json()
+    assert not result["ok"] and not result["plain_reads"]["ok"]
+    assert (current / next(iter(old))).exists(), "verify only reads"
+
+    # The engine's next run: strays removed at the start, whether it lands the table or not.
+    _writing_lander(landing)
+    ids.remove(3)
+    assert _plain_ids(current) == {"spark": ids, "pyarrow": ids, "pandas": ids}
+    assert landing.verify(table).ok
+
+
+def test_a_base_of_the_layout_before_issue_26_is_read_by_plain_readers_after_the_next_run(
+    spark: SparkSession,
+    pg_engine: sa.Engine,
+    pg_schema: str,
+    pg_dialect: PostgresDialect,
+    tmp_path: Path,
+) -> None:
+    """``current/__base=<batch>/``: pyarrow and pandas read 0 rows (a name starting with
+    ``_``), Spark reads a column ``__base``. verify says so; the next run rewrites it."""
+    run(pg_engine, PG_TYPED.format(s=pg_schema), PG_ROWS.format(s=pg_schema))
+    table = TableId(pg_schema, "typed")
+    landing = Landing(spark, pg_dialect, tmp_path, "parquet")
+    landing.snapshot(table)
+    current = _current(landing, table)
+    # The layout issues 19 to 25 wrote: the base's files in a partition directory.
+    legacy = current / "__base=000000000001"
+    legacy.mkdir()
+    for f in current.glob("base-*"):
+        f.rename(legacy / f"part-{f.name.split('.', 1)[1]}")
+    meta_path = current.parent / META_FILE
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    meta["base_dir"] = legacy.name
+    meta_path.write_text(json.dumps(meta), encoding="utf-8")
+    assert pq.read_table(str(current)).num_rows == 0  # what issue 26 found
+    assert len(pd.read_parquet(str(current))) == 0
+    reader = Landing(spark, pg_dialect, tmp_path, "parquet")  # metadata read afresh
+    old = reader.verify(table)
+    assert old.verdict.ok and not old.ok, old.render()
+    text = old.render()
+    assert (
+        "spark.read.parquet: reads 62 rows for the table's 62: column(s) __base the table" in text
+    )
+    assert (
+        "pyarrow.parquet.read_table: reads 0 rows for the table's 62: no data file found; "
+        '62 keys missing, e.g. {"id":-1}'
+    ) in text
+    assert "pandas.read_parquet: reads 0 rows for the table's 62" in text
+    assert "why: its base current/__base=000000000001 is of an older layout" in text
+
+    lander = _writing_lander(reader)  # the next run, landing nothing
+    assert lander.compact_idle() == [table]  # as the sink's close
+    assert not legacy.exists()
+    ids = list(range(-1, 61))
+    assert _plain_ids(current) == {"spark": ids, "pyarrow": ids, "pandas": ids}
+    assert Landing(spark, pg_dialect, tmp_path, "parquet").verify(table).ok

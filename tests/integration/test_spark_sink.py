@@ -261,13 +261,70 @@ def test_a_plain_reader_of_current_sees_the_exact_state_while_running_and_after(
     assert kinds.count("IN_PROGRESS") >= 1, kinds
     (done,) = [dict(r["additional_data"]) for r in records if r["type"] == "TABLE_SCAN_COMPLETED"]
     assert done["status"] == "SUCCEEDED" and done["total_rows_scanned"] == "3000", done
-    # A compaction cut short by a crash: a base directory the metadata does not name.
-    base = next((cap.directory / "lake").glob("*.items/current/__base=*"))
-    stray = base.parent / "__base=000099999999"
-    stray.mkdir()
-    for f in base.glob("*.parquet"):
-        (stray / f.name).write_bytes(f.read_bytes())
+    # A compaction cut short by a crash: files of a base the metadata does not name.
+    current = next((cap.directory / "lake").glob("*.items/current"))
+    strays = []
+    for f in current.glob("base-*.parquet"):
+        strays.append(current / ("base-000099999999." + f.name.split(".", 1)[1]))
+        strays[-1].write_bytes(f.read_bytes())
+    assert strays
     cap.sql(f"UPDATE {items} SET name = 'last' WHERE id <= 10")
     assert cap.run(timeout=300) == 0
-    assert not stray.exists()
+    assert not [f for f in strays if f.exists()]
     assert cap.landed_rows("items") == cap.source_rows("items")  # plain reader included
+
+
+def test_pyarrow_and_pandas_read_current_after_a_run_as_the_table(capture: Any) -> None:
+    """Issue 26: ``pyarrow.parquet.read_table(<table>/current)`` and ``pandas.read_parquet``
+    read 0 rows of a base in ``current/__base=<batch>`` (a name starting with ``_``). After a
+    run (a snapshot, then log changes compacted at its end), each plain reader reads the
+    table's rows, no column the table lacks but the meta columns, and ``__batch`` of the
+    type Spark reads in ``changelog/``."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    from snapshotter.sinks.spark.types import META_COLUMNS
+
+    cap: Capture = capture(chunk_size=200, sink="spark")
+    items = f'"{cap.schema}".items'
+    cap.sql(
+        f"CREATE TABLE {items} (id bigint PRIMARY KEY, name text, price numeric(12, 2), "
+        "at timestamptz)"
+    )
+    cap.sql(f"ALTER TABLE {items} REPLICA IDENTITY FULL")
+    cap.sql(
+        f"INSERT INTO {items} SELECT g, 'n' || g, g * 1.25, "
+        "timestamptz '2024-01-01 00:00:00+00' + g * interval '1 minute' "
+        "FROM generate_series(1, 1000) g"
+    )
+    cap.init()
+    cap.execute(f"{cap.schema}.items")
+    assert cap.run(timeout=300) == 0
+    cap.sql(f"UPDATE {items} SET name = name || '+', price = NULL WHERE id % 7 = 0", None)
+    cap.sql(f"DELETE FROM {items} WHERE id % 11 = 0", None)
+    cap.sql(f"INSERT INTO {items} SELECT g, 'new', NULL, NULL FROM generate_series(1001, 1050) g")
+    assert cap.run(timeout=300) == 0
+    expected = cap.source_rows("items")
+    assert len(expected) == 1000 - 90 + 50
+    table_dir = Path(cap.lander().table_path(cap.table_id("items")))
+    current, changelog = str(table_dir / "current"), str(table_dir / "changelog")
+    names = ["id", "name", "price", "at"]
+
+    arrow = pq.read_table(current)
+    assert sorted(arrow.column_names) == sorted([*names, *META_COLUMNS])
+    assert sorted(arrow.select(names).to_pylist(), key=lambda r: r["id"]) == sorted(
+        expected.values(), key=lambda r: r["id"]
+    )
+    frame = pd.read_parquet(current)
+    assert len(frame) == len(expected) and not frame["id"].duplicated().any()
+    assert sorted(frame["id"].tolist()) == sorted(r["id"] for r in expected.values())
+    by_id = frame.set_index("id")
+    assert by_id.loc[7, "name"] == "n7+" and by_id.loc[1001, "name"] == "new"
+    assert 11 not in by_id.index
+
+    # One type for __batch: int, as Spark reads the changelog's partition column.
+    spark = cap.lander().spark
+    int_type = spark.read.parquet(changelog).schema["__batch"].dataType
+    assert int_type.simpleString() == "int"
+    assert spark.read.parquet(current).schema["__batch"].dataType == int_type
+    assert arrow.schema.field("__batch").type == pa.int32()

@@ -91,4 +91,15 @@ def test_points_cost_nothing_when_unset() -> None:
         check=False,
     )
     assert done.returncode == 0 and not done.stderr
-    assert len(POINTS) == 8
+    assert len(POINTS) == 10
+
+
+def test_every_point_is_in_the_fault_matrix_and_the_module_docstring() -> None:
+    """docs/fault-matrix.md lists where each point kills the engine; faults.py says too."""
+    from pathlib import Path
+
+    import snapshotter.common.faults as faults
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "fault-matrix.md").read_text("utf-8")
+    assert [p for p in POINTS if f"| `{p}` |" not in doc] == []
+    assert [p for p in POINTS if f"``{p}``" not in (faults.__doc__ or "")] == []

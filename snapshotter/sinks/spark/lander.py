@@ -23,24 +23,32 @@ Landing costs in proportion to the batch, not the table:
   nothing. Delta MERGE scans the key columns of the table to find matches; it rewrites only
   the files holding matched keys.
 * Parquet has no MERGE, and rewriting the current state per batch would cost the whole table
-  each time (quadratic in all). So the current state is kept as a *base* (a compacted copy,
-  ``current/__base=<batch>``; ``v=<batch>`` before issue 19) plus the changelog *tail*
-  after it, and read merged
+  each time (quadratic in all). So the current state is kept as a *base* (a compacted copy:
+  files ``current/base-<batch>.*``, flat so that every plain reader reads them whole, see
+  ``sinks.spark.bases``) plus the changelog *tail* after it, and read merged
   (``current_state``): per key the row with the highest position. When the tail reaches
-  ``compact_ratio`` of the base (and ``compact_min_rows``), the tail is folded into a new base
-  and the old one is deleted: each row is rewritten a bounded number of times on average, so
-  the total cost stays linear. A plain Parquet reader of ``current/`` sees the state as of the
-  last compaction; ``current_state`` (and ``snapshotter verify``) see the exact state.
-  So that a plain reader (``spark.read.parquet(<table>/current)``, knowing nothing of
-  snapshotter) sees the exact state too whenever the engine is stopped or quiet, every tail
-  is folded in when the sink closes (``compact_idle``: after ``run --until-caught-up``,
-  ``SIGTERM``) and when nothing has landed for a while (the sink's idle compaction), and a
-  base directory no metadata names (a compaction a crash cut short) is removed before the
-  table's next landing or compaction.
+  ``compact_ratio`` of the base (and ``compact_min_rows``), the tail is folded into a new
+  base and the old one is deleted: each row is rewritten a bounded number of times on
+  average, so the total cost stays linear. A plain Parquet reader of ``current/``
+  (``spark.read.parquet``, ``pyarrow.parquet.read_table``, ``pandas.read_parquet``, knowing
+  nothing of snapshotter) sees the state as of the last compaction; ``current_state`` sees
+  the exact state, and ``snapshotter verify`` checks both. So that plain readers see the
+  exact state too whenever the engine is stopped or quiet, every tail is folded in when the
+  sink closes (``compact_idle``: after ``run --until-caught-up``, ``SIGTERM``) and when
+  nothing has landed for a while (the sink's idle compaction).
+* Crash safety of ``current/``: a compaction writes the new base hidden, moves its files
+  into ``current/`` beside the old base's (``bases.publish``), names it in
+  ``_snapshotter.json`` (the commit), then deletes the old base's files. A crash between
+  leaves files of a base no metadata names (a *stray*: before the commit the new base, after
+  it the old one), and a plain reader would read both (keys twice, deleted rows back). A
+  lander that writes starts by taking over every table under the root (``take_over``, the
+  sink does it when it opens, whether or not the run lands the table again): strays are
+  removed and every table's metadata is loaded, so the closing compaction folds in every
+  tail, a tail the crash left included.
 * Parquet, appends that need no merge: while a table never landed before gets nothing but
   READ rows of keys it never had (a first snapshot without log traffic on the table:
   ``landing.appends`` decides, exactly), those rows are written straight into the base as
-  files of their own (``part-b<batch>-*``, replaced when the batch lands again), besides
+  files of their own (``<base>.b<batch>-*``, replaced when the batch lands again), besides
   the changelog: ``current/`` stays exact with no Spark job at all. The first row that
   needs a merge ends this for the table, and it lands through the tail from then on.
 * Compaction waits while the sink says the table is being snapshotted
@@ -72,17 +80,11 @@ from pyspark.sql import functions as F
 
 from signals.names import TableId
 from snapshotter.common.faults import failpoint
+from snapshotter.sinks.spark import bases
 from snapshotter.sinks.spark.appends import KnownKeys, Plan
-from snapshotter.sinks.spark.files import (
-    add_file,
-    parquet_files,
-    parquet_rows,
-    remove_files,
-    replace_partition,
-)
+from snapshotter.sinks.spark.files import replace_partition
 from snapshotter.sinks.spark.staging import StagedBatch, StagedTable
 from snapshotter.sinks.spark.types import (
-    BASE_PARTITION,
     BATCH,
     OP,
     POS,
@@ -98,7 +100,6 @@ _LIFE = "__snapshotter_life"
 _RESTARTED = "__snapshotter_restarted"
 
 META_FILE = "_snapshotter.json"
-_APPENDED = "part-b"  # files appended to a base: part-b<batch, 12 digits>-<uuid>.parquet
 META_VERSION = 1
 _SAFE = re.compile(r"[A-Za-z0-9_\-]")
 
@@ -149,9 +150,10 @@ class TableMeta:
     # compaction has to merge
     tail_rows: int = 0
     truncated_at: str | None = None  # the position of the last truncate landed
-    # parquet: the base's directory under current/: ``__base=<base>`` (a compaction at the
-    # batch the base is already named after writes beside it, ``__base=<base>-<tag>``, never
-    # over what it reads); None: ``v=<base>``, the name before issue 19
+    # parquet: the base's name: ``base-<base>``, its files ``current/base-<base>.*`` (a
+    # compaction at the batch the base is already named after writes beside it,
+    # ``base-<base>-<tag>``, never over what it reads); a directory of an older layout:
+    # ``__base=<base>`` (issues 19 to 25), and None: ``v=<base>`` (sinks.spark.bases)
     base_dir: str | None = None
     unavailable_columns: list[str] = field(default_factory=list)  # ever landed unavailable
 
@@ -237,22 +239,19 @@ class Lander:
             return
         self._writes_checked.add(table)
         if meta is not None and meta.format == "parquet":
-            self._remove_stray_bases(table, base_name(meta), crashed=True)
+            current = self._fs_path(table, "current")
+            bases.remove_strays(self._fs, current, base_name(meta), table=table, crashed=True)
 
-    def _remove_stray_bases(self, table: TableId, keep: str | None, *, crashed: bool) -> None:
-        """Delete base directories (``current/__base=*``, ``v=*``) other than the base the
-        metadata names: what a
-        compaction cut short by a crash left (written, or half written, before the metadata
-        named it; the changelog still holds its rows). A plain reader of ``current/`` would
-        see their rows twice."""
-        selector = pafs.FileSelector(self._fs_path(table, "current"), allow_not_found=True)
-        for info in self._fs.get_file_info(selector):
-            name = info.base_name
-            is_base = name.startswith((f"{BASE_PARTITION}=", "v="))
-            if info.type is pafs.FileType.Directory and is_base and name != keep:
-                if crashed:
-                    log.info("%s: removing %s, left by an unfinished compaction", table, name)
-                self._fs.delete_dir(info.path)
+    def take_over(self) -> list[TableId]:
+        """Before this lander writes anything (the sink, when it opens): every table landed
+        under the root gets what a crash left in it cleared (``_writing``: a compaction cut
+        short leaves a stray base) and its metadata loaded, so that ``compact_idle`` at the
+        sink's close covers every table with a tail or a base of an older layout, whether
+        this run lands it again or not. Returns the tables."""
+        tables = self.tables()
+        for table in tables:
+            self._writing(table, self.meta(table))
+        return tables
 
     def _save_meta(self, table: TableId, meta: TableMeta) -> None:
         self._fs.create_dir(self._fs_path(table), recursive=True)
@@ -348,9 +347,14 @@ class Lander:
         """Whether the tail is worth folding into a new base: while landing, once it reaches
         ``compact_ratio`` of the base and ``compact_min_rows``; when idle (the sink closes),
         any tail is, so ``current/`` is a plain, exact table after a run (issue 19: a tail
-        below the ratio left a plain reader thousands of rows behind)."""
-        if self.format != "parquet" or meta.tail_rows == 0 or meta.covered == meta.landed_through:
+        below the ratio left a plain reader thousands of rows behind), and so is a base of
+        an older layout (``sinks.spark.bases``)."""
+        if self.format != "parquet" or meta.format != "parquet":
             return False
+        if meta.tail_rows == 0 or meta.covered == meta.landed_through:
+            # Nothing to fold in; when idle, a base of an older layout is rewritten in this
+            # one (pyarrow and pandas read nothing of ``__base=<batch>``).
+            return idle and _legacy_base(meta)
         if idle:
             return True
         return meta.tail_rows >= max(self.compact_min_rows, self.compact_ratio * meta.base_rows)
@@ -454,15 +458,14 @@ class Lander:
             # not in it: then it covers nothing, and a compaction merges every batch.
             nothing_before = meta.landed_through == 0 and seq == first_seq
             meta.base, meta.base_through = base, (seq - 1 if nothing_before else 0)
-            meta.base_dir = _base_dir_for(seq)
-        add_file(self._fs, self._base_dir(table, meta), f"{_APPENDED}{seq:012d}-", data)
+            meta.base_dir = bases.base_name_for(seq)
+        # ``__batch`` typed as the changelog's partition column reads (int).
+        data = data.set_column(
+            data.schema.get_field_index(BATCH), BATCH, data.column(BATCH).cast(pa.int32())
+        )
+        bases.append(self._fs, self._fs_path(table, "current"), _named(meta), seq, data)
         meta.base_rows += data.num_rows
         meta.appended_through = seq
-
-    def _base_dir(self, table: TableId, meta: TableMeta) -> str:
-        name = base_name(meta)
-        assert name is not None
-        return self._fs_path(table, "current", name)
 
     def _drop_appended_from(self, table: TableId, meta: TableMeta, lo: int, hi: int) -> None:
         """Before landing batches ``lo..hi``: take out of the base what an earlier landing
@@ -474,20 +477,15 @@ class Lander:
         appended_again = (meta.appended_through or 0) >= lo
         if not appended_again and (meta.covered or 0) < lo:
             return
-        base = self._base_dir(table, meta)
+        current, base = self._fs_path(table, "current"), _named(meta)
         if appended_again:
-
-            def again(name: str) -> bool:
-                digits = name[len(_APPENDED) : len(_APPENDED) + 12]
-                return name.startswith(_APPENDED) and digits.isdigit() and int(digits) >= lo
-
-            removed = remove_files(self._fs, base, again)
+            removed = bases.drop_appended(self._fs, current, base, lo)
             meta.appended_through = lo - 1
-            if removed and not parquet_files(self._fs, base):  # it held appends only
-                self._fs.delete_dir(base)
+            if removed and not bases.files(self._fs, current, base):  # it held appends only
+                bases.remove_strays(self._fs, current, None, table=table, crashed=False)
                 meta.base, meta.base_rows, meta.base_through = None, 0, None
             elif removed:
-                meta.base_rows = parquet_rows(self._fs, base)
+                meta.base_rows = bases.rows(self._fs, current, base)
         known = self._known.get(table)
         if known is not None and meta.landed_through <= hi:
             known.forget_from(lo)  # this landing overwrites every batch landed from lo on
@@ -578,22 +576,32 @@ class Lander:
             return
         self._writing(table, meta)
         upto = meta.landed_through
-        if meta.covered == upto:
+        if meta.covered == upto and not _legacy_base(meta):
             return
         started = time.monotonic()
-        state = self._merged(table, meta, upto)
-        name = _base_dir_for(upto)
+        # ``__batch`` typed as the changelog's partition column reads (int), so a reader of
+        # both sees one type.
+        state = self._merged(table, meta, upto).withColumn(BATCH, F.col(BATCH).cast("int"))
+        name = bases.base_name_for(upto)
         if name == base_name(meta):  # the base was named after this batch: never overwrite
             name += f"-{uuid.uuid4().hex[:8]}"  # what is being read (Spark reads lazily)
-        state.write.mode("overwrite").parquet(f"{self.table_path(table)}/current/{name}")
+        # Written hidden, then its files moved into current/ (sinks.spark.bases).
+        written = f"{self.table_path(table)}/current/{bases.WRITING}{name}"
+        state.write.mode("overwrite").parquet(written)
+        current = self._fs_path(table, "current")
+        bases.publish(self._fs, current, name)
+        # A crash here leaves the new base a stray: the metadata names the old one.
+        failpoint("spark.compact.written")
         # Counted from the footers: a Spark count would read the new base again.
-        rows = parquet_rows(self._fs, self._fs_path(table, "current", name))
+        rows = bases.rows(self._fs, current, name)
         meta.base, meta.base_rows, meta.tail_rows = upto, rows, 0
         meta.base_dir = name
         meta.base_through = None  # the new base holds the appends too
         self._save_meta(table, meta)
+        # A crash here leaves the old base a stray: the metadata names the new one.
+        failpoint("spark.compact.named")
         # The old base, and any a crash left: current/ holds the new base only.
-        self._remove_stray_bases(table, name, crashed=False)
+        bases.remove_strays(self._fs, current, name, table=table, crashed=False)
         log.info(
             "%s: current state compacted at batch %d: %d rows in %.1f s",
             table,
@@ -605,12 +613,15 @@ class Lander:
     def _merged(self, table: TableId, meta: TableMeta, upto: int | None = None) -> DataFrame:
         path = self.table_path(table)
         parts: list[DataFrame] = []
-        if meta.base is not None:
-            parts.append(
-                self.spark.read.parquet(f"{path}/current/{base_name(meta)}").withColumn(
-                    BATCH, F.col(BATCH).cast("long")
+        base = base_name(meta)
+        if base is not None:
+            current = self._fs_path(table, "current")
+            files = [base] if bases.is_legacy(base) else bases.files(self._fs, current, base)
+            if files:  # a base of no rows may have no file
+                uris = [f"{path}/current/{f.rsplit('/', 1)[-1]}" for f in files]
+                parts.append(
+                    self.spark.read.parquet(*uris).withColumn(BATCH, F.col(BATCH).cast("long"))
                 )
-            )
         tail = self.spark.read.option("mergeSchema", "true").parquet(f"{path}/changelog")
         tail = tail.withColumn(BATCH, F.col(BATCH).cast("long"))
         if meta.covered is not None:
@@ -730,11 +741,19 @@ def base_name(meta: TableMeta) -> str | None:
     """The directory under current/ of the table's base (None: no base)."""
     if meta.base is None:
         return None
-    return meta.base_dir or f"v={meta.base:012d}"
+    return meta.base_dir or bases.legacy_base_dir(meta.base)
 
 
-def _base_dir_for(batch: int) -> str:
-    return f"{BASE_PARTITION}={batch:012d}"
+def _named(meta: TableMeta) -> str:
+    name = base_name(meta)
+    assert name is not None, "the table has no base"
+    return name
+
+
+def _legacy_base(meta: TableMeta) -> bool:
+    """Whether the table's base is of a layout some plain readers cannot read."""
+    name = base_name(meta)
+    return name is not None and bases.is_legacy(name)
 
 
 def data_columns(df: DataFrame) -> list[str]:

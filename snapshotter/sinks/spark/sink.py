@@ -166,13 +166,17 @@ class SparkSink:
 
         def open_lander() -> Lander:
             spark = session()
-            return Lander(
+            lander = Lander(
                 spark,
                 sink.path,
                 sink.format,
                 compact_ratio=sink.compact_ratio,
                 compact_min_rows=sink.compact_min_rows,
             )
+            # Every landed table, landed again or not: what a crash left cleared, and its
+            # tail folded in at close (compact_idle), so current/ is exact after any run.
+            lander.take_over()
+            return lander
 
         return cls(
             staging=StagingArea(config.staging_dir),

@@ -73,9 +73,10 @@ META_FIELDS: tuple[pa.Field, ...] = (
     pa.field(BATCH, pa.int64(), nullable=False),
 )
 META_COLUMNS = tuple(f.name for f in META_FIELDS)
-# The partition column a plain reader of current/ sees: the base's directory is
-# ``current/__base=<batch>`` (a name of the landing's own, so it can never shadow a column of
-# the table, as ``v=<batch>`` did for a table with a column ``v``).
+# The partition column of a base in the layout of issues 19 to 25, ``current/__base=<batch>``
+# (a name of the landing's own, so it could never shadow a column of the table, as
+# ``v=<batch>`` did for a table with a column ``v``). Bases are flat files now
+# (sinks.spark.bases); the name stays reserved, as older landings still have it.
 BASE_PARTITION = "__base"
 RESERVED_COLUMNS = (*META_COLUMNS, BASE_PARTITION)
 
