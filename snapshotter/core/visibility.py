@@ -15,6 +15,31 @@ history of the keys each recently committed transaction touched, and at the clos
 drop the chunk's rows for keys of every transaction positioned before the open watermark that
 the snapshot lists as in progress (or at/after its xmax). If the history lost a transaction
 that might matter (it is bounded), the chunk is re-read instead.
+
+Across a restart. The history is learnt from the log, and a new engine reads the log only
+from its resume point R on (on a first start: where ``init`` created the slot): a
+transaction T committed before R (its events, if any, already in the output) but still
+invisible afterwards (a commit stuck waiting for a synchronous standby while the engine
+restarted) is in no history, so a chunk read after the restart could emit the row T made
+stale. So the engine asks, as it starts and before any chunk of this run is read, for the
+range of xids that may still be open (``unfinished_xids``): from the xmin of a snapshot S0
+taken then up to an xid assigned right after S0. Until one chunk snapshot (with every other
+that can still ask) sees every transaction of that range ended, a chunk whose snapshot
+misses one of them is read again, as for a forgotten transaction (``started``).
+
+Why that covers T: T's commit was in the WAL before the previous run received it, so before
+S0 was taken, and its xid was assigned before, so it is below the range's end; T was not
+visible to S0 either (visibility only grows), so its xid is not below S0's xmin. (Not S0's
+in-progress list alone: PostgreSQL lists only xids below its xmax, the newest ended one + 1,
+so T can be at or past xmax, untold.) What it costs: a snapshot after a restart waits, its
+chunks read again, for the writing transactions open as the engine started to end (as
+CREATE INDEX CONCURRENTLY does) - usually milliseconds; a long-running writer or a forgotten
+prepared transaction holds it up for as long as it lives.
+
+Why not the alternatives: ``pg_xact_status`` cannot tell T from a transaction still running
+(it asks the proc array first and answers "in progress" for both); and persisting the
+history in the state would have to keep every transaction no snapshot has yet shown visible -
+all of them while no snapshot runs - which is not bounded.
 """
 
 from __future__ import annotations
@@ -44,6 +69,19 @@ class ReadVisibility(Protocol):
         """Whether ``xid`` is older than every transaction this snapshot could miss, so any
         later snapshot sees it too (history about it can be forgotten)."""
         ...
+
+    def sees_range(self, xids: XidRange) -> bool:
+        """Whether every transaction of ``xids`` had ended when the snapshot was taken (so
+        it, and every later snapshot, sees all that committed)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class XidRange:
+    """The 64-bit transaction ids ``low <= xid < high``."""
+
+    low: int
+    high: int
 
 
 def widen_xid(xid: int, reference: int) -> int:
@@ -102,6 +140,9 @@ class PgSnapshot:
     def settled(self, xid: int) -> bool:
         return xid < _FIRST_NORMAL_XID or self._full(xid) < self.xmin
 
+    def sees_range(self, xids: XidRange) -> bool:
+        return xids.high <= self.xmax and not any(xids.low <= x < xids.high for x in self.xip)
+
 
 @dataclass(frozen=True, slots=True)
 class AllSnapshots:
@@ -118,6 +159,9 @@ class AllSnapshots:
 
     def settled(self, xid: int) -> bool:
         return all(s.settled(xid) for s in self.snapshots)
+
+    def sees_range(self, xids: XidRange) -> bool:
+        return all(s.sees_range(xids) for s in self.snapshots)
 
 
 @dataclass(slots=True)
@@ -150,11 +194,21 @@ class RecentTransactions:
         self._overflowed: set[int] = set()
         # xid -> commit position of transactions whose keys were let go (too many keys).
         self._forgotten: dict[int, Position] = {}
+        # The transactions that may have been open as the engine started (``started``):
+        # one may have committed before the point the log resumed from, keys unknown.
+        self._open_at_start: XidRange | None = None
 
     @property
     def size(self) -> int:
         """Keys held, committed transactions only."""
         return self._size
+
+    def started(self, open_xids: XidRange) -> None:
+        """The engine starts: ``open_xids`` holds every transaction not ended before any
+        chunk of this run is read. Until a chunk's snapshot sees them all ended, a chunk
+        that misses one of them is read again (one may have committed before where the log
+        resumed; see the module docstring)."""
+        self._open_at_start = open_xids
 
     def touch(self, xid: int, table: TableId, keys: Iterable[Key]) -> None:
         if xid in self._overflowed:
@@ -199,7 +253,10 @@ class RecentTransactions:
     ) -> set[Key] | None:
         """Keys of ``table`` that transactions committed before ``before`` (the window's open
         watermark) wrote but the chunk's snapshot did not see; None if a forgotten
-        transaction might be one of them (the chunk must be re-read)."""
+        transaction, or one open when the engine started, might be one of them (the chunk
+        must be re-read)."""
+        if self._open_at_start is not None and not visibility.sees_range(self._open_at_start):
+            return None
         # Only forgotten transactions before the open watermark matter: later ones are in
         # the window's own reach.
         if any(
@@ -216,7 +273,8 @@ class RecentTransactions:
         return stale
 
     def clear(self) -> None:
-        """Forget everything (no snapshot is running, so no chunk can ask)."""
+        """Forget what the log told (no snapshot is running, so no chunk can ask); not the
+        transactions open at the start, which no later chunk may miss unawares."""
         self._committed.clear()
         self._open.clear()
         self._overflowed.clear()
@@ -244,3 +302,7 @@ class RecentTransactions:
             old = self._committed.popleft()
             self._size -= sum(len(k) for k in old.keys.values())
         self._forgotten = {x: p for x, p in self._forgotten.items() if not settled(x)}
+        # Seen ended by every snapshot that can ask: by every later one too.
+        doubt = self._open_at_start
+        if doubt is not None and all(s.sees_range(doubt) for s in snapshots):
+            self._open_at_start = None

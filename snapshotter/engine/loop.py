@@ -288,6 +288,8 @@ class Engine:
                 self._checkpoints.save_first()
             self._resume_unfinished()
             self._refresh_unfinished_keys()
+            if self._keep_history:  # rule 4 across restarts, before any chunk is read
+                self._history_from_start()
             reader = self._open_reader(self.state.stream.resume, self._keys.primary_key)
         except BaseException:
             # Nothing was written: release the sink (its threads, a Spark session) and go.
@@ -376,6 +378,15 @@ class Engine:
                     progress.status.value,
                     progress.last_read_key,
                 )
+
+    def _history_from_start(self) -> None:
+        """Transactions open now may have committed before the log's resume point and still
+        be invisible: a chunk that misses one is read again (core.visibility)."""
+        dialect = self._dialect
+        what = "asking which transactions are open"
+        open_xids = self._retry.wait_out(what, dialect.unfinished_xids, dialect.is_transient)
+        if open_xids is not None:
+            self._history.started(open_xids)
 
     def _flush_out(self) -> None:
         if self._out:
@@ -598,7 +609,8 @@ class Engine:
                     window.visibility, *(w.visibility for w in others if w.visibility is not None)
                 )
             if stale is None:
-                log.info("chunk %d of %s: re-read (history too short)", task.number, task.table)
+                why = "its snapshot missed a transaction of unknown keys: see core.visibility"
+                log.info("chunk %d of %s: re-read (%s)", task.number, task.table, why)
                 self._scheduler.read_again(run, window.window_id)
                 return
         try:

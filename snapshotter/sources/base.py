@@ -17,7 +17,7 @@ import pyarrow as pa
 from signals import Watermark
 from signals.names import TableId
 from snapshotter.core.keys import Key
-from snapshotter.core.visibility import ReadVisibility
+from snapshotter.core.visibility import ReadVisibility, XidRange
 
 
 class TableError(Exception):
@@ -184,6 +184,12 @@ class Dialect(Protocol):
         under the ``chunk_timeout_s`` limit (a TableError past it), and after a filtered
         query the connection's session is reset (settings, locks, variables), so a filter
         cannot change what later queries of other tables return."""
+        ...
+
+    def unfinished_xids(self) -> XidRange | None:
+        """A range of transaction ids holding every transaction not ended now: asked once as
+        the engine starts, before any chunk is read, where commits are not visible in log
+        order (``core.visibility``: rule 4 across restarts); None elsewhere."""
         ...
 
     def chunk_bound(self, spec: ChunkSpec) -> Key | None:

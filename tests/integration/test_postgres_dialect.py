@@ -426,6 +426,23 @@ def test_visibility_is_the_chunk_snapshot(
     assert isinstance(later.visibility, PgSnapshot) and later.visibility.xmin > xid
 
 
+def test_the_unfinished_xids_hold_a_transaction_open_now(
+    dialect: PostgresDialect, orders: TableSchema, pg_url: str, pg_schema: str
+) -> None:
+    """What the engine asks as it starts (core.visibility: rule 4 across restarts). The open
+    transaction is usually the newest xid here, which pg_current_snapshot() leaves out of its
+    in-progress list (its xmax is the newest ended xid + 1): the range holds it all the same."""
+    with psycopg.connect(pg_url) as other:
+        other.execute(f"UPDATE {pg_schema}.orders SET note = 'open' WHERE k1 = 0")
+        xid = int(other.execute("SELECT pg_current_xact_id()::text").fetchone()[0])  # type: ignore[index]
+        open_xids = dialect.unfinished_xids()
+        chunk = dialect.read_chunk(ChunkSpec(orders, orders.primary_key, None, (0, "k9"), None, 9))
+        other.rollback()
+    assert open_xids.low <= xid < open_xids.high
+    assert isinstance(chunk.visibility, PgSnapshot)
+    assert not chunk.visibility.sees_range(open_xids)  # a chunk read now is read again
+
+
 # --- values: the same loaders as the log path ---------------------------------------------
 
 _ALL_TYPES = {

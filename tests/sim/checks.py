@@ -24,7 +24,7 @@ from snapshotter.core.keys import Key
 from snapshotter.core.position import Position
 from snapshotter.core.state import SnapshotStatus
 from tests.sim.db import DATA_TABLES, Row
-from tests.sim.errors import SimFailure
+from tests.sim.errors import Property, SimFailure
 from tests.sim.scheduler import World
 from tests.sim.sink import BatchMark, OutEvent
 
@@ -40,7 +40,9 @@ def materialize(events: list[OutEvent]) -> dict[TableId, dict[Key, Row]]:
             assert event.row is not None
             rows[event.key] = dict(event.row)
         else:
-            raise SimFailure(f"unexpected {event.op.value!r} event of {event.table}")
+            raise SimFailure(
+                Property.BAD_EVENT, f"unexpected {event.op.value!r} event of {event.table}"
+            )
     return tables
 
 
@@ -51,8 +53,9 @@ def positions_go_forward(events: list[OutEvent]) -> None:
         seen = last.get(slot)
         if seen is not None and not seen[0] < event.position:
             raise SimFailure(
+                Property.POSITIONS_BACKWARDS,
                 f"{event.table} key {event.key}: event {index} ({event.op.value}) at "
-                f"{event.position} after event {seen[1]} at {seen[0]}"
+                f"{event.position} after event {seen[1]} at {seen[0]}",
             )
         last[slot] = (event.position, index)
 
@@ -60,12 +63,18 @@ def positions_go_forward(events: list[OutEvent]) -> None:
 def check_world(world: World) -> None:
     output = world.output
     if output.durable != len(output.events):
-        raise SimFailure(f"{len(output.events) - output.durable} events not durable at the end")
+        raise SimFailure(
+            Property.NOT_DURABLE,
+            f"{len(output.events) - output.durable} events not durable at the end",
+        )
     newest = world.newest_snapshots()
     for schema in DATA_TABLES:
         status = newest.get(str(schema.table))
         if status is not SnapshotStatus.DONE:
-            raise SimFailure(f"the newest snapshot of {schema.table} is {status}, not done")
+            raise SimFailure(
+                Property.SNAPSHOT_NOT_DONE,
+                f"the newest snapshot of {schema.table} is {status}, not done",
+            )
     events = output.rows()
     positions_go_forward(events)
     snapshots_complete(world)
@@ -75,7 +84,10 @@ def check_world(world: World) -> None:
         want = world.db.latest(table)
         got = materialized.get(table, {})
         if got != want:
-            raise SimFailure(f"{table}: the output is not the table: {_difference(got, want)}")
+            raise SimFailure(
+                Property.OUTPUT_NOT_TABLE,
+                f"{table}: the output is not the table: {_difference(got, want)}",
+            )
 
 
 def snapshots_complete(world: World) -> None:
@@ -96,7 +108,10 @@ def snapshots_complete(world: World) -> None:
             continue  # not finished, or nothing to read (empty at its start)
         if progress.started_ms is None or progress.estimated_rows is None:
             # Set at the start and saved with it: no crash or resume may lose them.
-            raise SimFailure(f"{snapshot} finished without its start time or row estimate")
+            raise SimFailure(
+                Property.SNAPSHOT_RECORD,
+                f"{snapshot} finished without its start time or row estimate",
+            )
         end = closes[snapshot]
         table = progress.table
         upto = [e for e in events if e.table == table and e.position.parts[0] <= end.parts[0]]
@@ -108,8 +123,9 @@ def snapshots_complete(world: World) -> None:
                 want[key] = row
         if got != want:
             raise SimFailure(
+                Property.SNAPSHOT_GAP,
                 f"{snapshot} finished at {end}, but the output there is not the table: "
-                + _difference(got, want)
+                + _difference(got, want),
             )
 
 

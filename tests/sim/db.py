@@ -15,7 +15,8 @@ Everything a real source does that the DBLog algorithm depends on, and nothing e
   commits leave the "in progress" set in any order, except that a transaction touching a
   row another one logged earlier and still invisible has to wait (row locks are held until
   then). A chunk SELECT reads through a snapshot (xmin, xmax, in-progress xids) exactly as
-  ``pg_current_snapshot()`` describes it, so the engine's visibility history has real work.
+  ``pg_current_snapshot()`` describes it, so the engine's visibility history has real work:
+  xmax is the newest ended xid + 1, and only xids below it are listed in progress.
   With lag off (MySQL), commits are visible when they are logged.
 
 Deterministic: no clock, no randomness (the scheduler decides everything), dicts only.
@@ -98,6 +99,7 @@ class Database:
         self.next_xid = FIRST_XID
         self.open_xids: dict[int, None] = {}  # begun, not committed or aborted
         self.invisible: dict[int, LoggedTxn] = {}  # logged, not yet visible (log order)
+        self.latest_ended = FIRST_XID - 1  # the newest xid that ended (visible or aborted)
         self.slot_confirmed = 0  # the slot's confirmed LSN (set at init)
 
     # --- loading and reading --------------------------------------------------------------
@@ -131,9 +133,10 @@ class Database:
         return out
 
     def snapshot(self) -> PgSnapshot:
-        """What a SELECT starting now sees: ``pg_current_snapshot()``."""
-        xip = [*self.open_xids, *self.invisible]
-        xmax = self.next_xid
+        """What a SELECT starting now sees: ``pg_current_snapshot()``. As PostgreSQL's:
+        xids past the newest ended one are not listed, all invisible all the same."""
+        xmax = self.latest_ended + 1
+        xip = [x for x in (*self.open_xids, *self.invisible) if x < xmax]
         return PgSnapshot(min(xip, default=xmax), xmax, frozenset(xip))
 
     def read(self, table: TableId, snapshot: PgSnapshot) -> dict[Key, Row]:
@@ -158,6 +161,10 @@ class Database:
 
     def abort(self, xid: int) -> None:
         del self.open_xids[xid]
+        self._ended(xid)
+
+    def _ended(self, xid: int) -> None:
+        self.latest_ended = max(self.latest_ended, xid)
 
     def blocked(self, changes: list[LoggedChange]) -> bool:
         """Whether a row these changes touch was written by a transaction that is logged
@@ -180,6 +187,8 @@ class Database:
         self.end = txn.end
         if self.lagging and not visible:
             self.invisible[xid] = txn
+        else:
+            self._ended(xid)
         return txn
 
     def visible_candidates(self) -> list[int]:
@@ -195,6 +204,7 @@ class Database:
 
     def make_visible(self, xid: int) -> None:
         del self.invisible[xid]
+        self._ended(xid)
 
     def _change_key(self, change: LoggedChange) -> tuple[TableId, Key]:
         row = change.after if change.after is not None else change.before

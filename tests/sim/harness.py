@@ -18,8 +18,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 from tests.sim.checks import check_world
-from tests.sim.errors import SimFailure
-from tests.sim.scheduler import LAG_ACROSS_RESTARTS, World
+from tests.sim.errors import Property, SimFailure
+from tests.sim.scheduler import World
 
 # Sized so that the CI run takes two to three minutes on two cores (about 40 ms a seed:
 # 5000 seeds took 111 s in two processes).
@@ -28,18 +28,21 @@ REPLAY = "SNAPSHOTTER_SIM_SEED={seed} python3 -m pytest tests/sim/test_simulatio
 
 
 class SeedFailed(AssertionError):
-    def __init__(self, seed: int, problem: str, details: str) -> None:
+    """A seed that failed: ``broken`` names the property (None: the simulation itself, or
+    the engine's setup outside a step, raised)."""
+
+    def __init__(self, seed: int, problem: str, details: str, broken: Property | None) -> None:
         self.seed = seed
         self.problem = problem
         self.details = details
-        lag = "SNAPSHOTTER_SIM_LAG_ACROSS_RESTARTS=1 " if LAG_ACROSS_RESTARTS else ""
+        self.broken = broken
         super().__init__(
             f"simulation seed {seed} failed: {problem}\n"
-            f"  replay: {lag}{REPLAY.format(seed=seed)}\n{details}"
+            f"  replay: {REPLAY.format(seed=seed)}\n{details}"
         )
 
-    def __reduce__(self) -> tuple[type[SeedFailed], tuple[int, str, str]]:
-        return (SeedFailed, (self.seed, self.problem, self.details))
+    def __reduce__(self) -> tuple[type[SeedFailed], tuple[int, str, str, Property | None]]:
+        return (SeedFailed, (self.seed, self.problem, self.details, self.broken))
 
 
 def _details(world: World | None) -> str:
@@ -71,9 +74,10 @@ def simulate(seed: int) -> World:
             world.run()
             check_world(world)
         except SimFailure as failure:
-            raise SeedFailed(seed, str(failure), _details(world)) from None
+            raise SeedFailed(seed, str(failure), _details(world), failure.broken) from None
         except Exception as exc:  # a bug of the simulation itself, or of the engine's setup
-            raise SeedFailed(seed, f"{type(exc).__name__}: {exc}", _details(world)) from exc
+            problem = f"{type(exc).__name__}: {exc}"
+            raise SeedFailed(seed, problem, _details(world), None) from exc
     return world
 
 

@@ -1,12 +1,19 @@
 """Rules of the algorithm, each broken on purpose by one small change (a monkeypatch), to show
 the simulation notices: ``tests/sim/test_mutations.py`` asserts it, and
-``python3 -m tests.sim.mutations [NAME] [SEEDS]`` reports which seeds catch each mutation
-and how fast.
+``python3 -m tests.sim.mutations [NAME] [SEEDS]`` reports which seeds catch each mutation,
+by which property, and how fast.
+
+Each mutant has exactly the signature of what it replaces (checked), and names the
+properties (``tests.sim.errors.Property``) its broken rule must break: a mutation counts as
+caught only when a seed fails on one of them, never when the engine merely raises.
 
 * ``window-drop`` (core/window.py, DBLog's rule): log events inside a window no longer drop
   the chunk rows of their keys: ``ChunkWindow._keys_of`` returns no key.
 * ``visibility-history`` (core/visibility.py, rule 4, PostgreSQL): transactions logged before
   the open watermark that the chunk's snapshot did not see no longer make rows stale.
+* ``visibility-at-start`` (core/visibility.py, rule 4 across restarts): the transactions
+  open as the engine starts are ignored, so a commit logged before the log's resume point
+  and still invisible after the restart goes unnoticed.
 * ``span-progress`` (core/spans.py, 6.): progress moves over every span whose batch is out,
   not only over the contiguous prefix of them.
 * ``resume-from-start`` (core/spans.py): a resumed snapshot pages from the table's start
@@ -19,33 +26,56 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from snapshotter.core.spans import SpanDone, SpanPlan
 from snapshotter.core.visibility import RecentTransactions
 from snapshotter.core.window import ChunkWindow, ReadBatch
 from snapshotter.engine import Engine
+from tests.sim.errors import Property
 from tests.sim.harness import SeedFailed, simulate
 
+if TYPE_CHECKING:  # the annotations, spelled as the originals spell them
+    from signals.names import TableId
+    from snapshotter.core.events import ChangeEvent
+    from snapshotter.core.keys import Key
+    from snapshotter.core.position import Position
+    from snapshotter.core.visibility import ReadVisibility, XidRange
 
-def _no_window_drops(self: ChunkWindow, event: Any) -> list[Any]:
+
+def _no_window_drops(self, event: ChangeEvent) -> list[Key]:
     return []
 
 
-def _nothing_stale(self: RecentTransactions, table: Any, visibility: Any, before: Any) -> set[Any]:
+def _nothing_stale(
+    self, table: TableId, visibility: ReadVisibility, before: Position
+) -> set[Key] | None:
     return set()
+
+
+def _start_ignored(self, open_xids: XidRange) -> None:
+    return None
 
 
 _closed = SpanPlan.closed
 
 
 def _progress_out_of_order(
-    self: SpanPlan, window_id: str, *, selected: int, emitted: int, last_key: Any
+    self,
+    window_id: str,
+    *,
+    selected: int,
+    emitted: int,
+    last_key: Key | None,
+    covered: Key | None = None,
 ) -> list[SpanDone]:
-    out = _closed(self, window_id, selected=selected, emitted=emitted, last_key=last_key)
+    out = _closed(
+        self, window_id, selected=selected, emitted=emitted, last_key=last_key, covered=covered
+    )
     # The mutation: also record spans done beyond one still being read.
     later = [s for s in self._spans if s.done is not None]
     for span in later:
@@ -56,11 +86,22 @@ def _progress_out_of_order(
 _plan_init = SpanPlan.__init__
 
 
-def _plan_from_start(self: SpanPlan, start: Any, first_number: int, *args: Any, **kw: Any) -> None:
-    _plan_init(self, None, first_number, *args, **kw)
+def _plan_from_start(
+    self,
+    start: Key | None,
+    first_number: int,
+    max_key: Key,
+    chunk_size: int,
+    *,
+    bound_ahead: bool,
+    max_ahead: int = 16,
+) -> None:
+    _plan_init(
+        self, None, first_number, max_key, chunk_size, bound_ahead=bound_ahead, max_ahead=max_ahead
+    )
 
 
-def _reads_after_log_events(self: Engine) -> None:
+def _reads_after_log_events(self) -> None:
     out = self._out
     if out:
         logged = [i for i in out if not isinstance(i, ReadBatch)]
@@ -74,16 +115,59 @@ class Mutation:
     target: Any
     attribute: str
     replacement: Callable[..., Any]
+    breaks: frozenset[Property]  # what catching it means: a seed fails on one of these
+
+
+def _mutation(
+    name: str, target: Any, attribute: str, replacement: Callable[..., Any], *breaks: Property
+) -> Mutation:
+    return Mutation(name, target, attribute, replacement, frozenset(breaks))
 
 
 MUTATIONS = {
     m.name: m
     for m in (
-        Mutation("window-drop", ChunkWindow, "_keys_of", _no_window_drops),
-        Mutation("visibility-history", RecentTransactions, "stale_keys", _nothing_stale),
-        Mutation("span-progress", SpanPlan, "closed", _progress_out_of_order),
-        Mutation("resume-from-start", SpanPlan, "__init__", _plan_from_start),
-        Mutation("output-barrier", Engine, "_flush_out", _reads_after_log_events),
+        _mutation("window-drop", ChunkWindow, "_keys_of", _no_window_drops, Property.STALE_READ),
+        _mutation(
+            "visibility-history",
+            RecentTransactions,
+            "stale_keys",
+            _nothing_stale,
+            Property.STALE_READ,
+        ),
+        _mutation(
+            "visibility-at-start",
+            RecentTransactions,
+            "started",
+            _start_ignored,
+            Property.STALE_READ,
+        ),
+        _mutation(
+            "span-progress",
+            SpanPlan,
+            "closed",
+            _progress_out_of_order,
+            # Progress over a gap: a finished snapshot misses rows, or the saved key no
+            # longer says which chunks the output holds.
+            Property.SNAPSHOT_GAP,
+            Property.OUTPUT_NOT_TABLE,
+            Property.RESUMED_BEHIND_OUTPUT,
+        ),
+        _mutation(
+            "resume-from-start",
+            SpanPlan,
+            "__init__",
+            _plan_from_start,
+            Property.READ_BELOW_DURABLE,
+        ),
+        _mutation(
+            "output-barrier",
+            Engine,
+            "_flush_out",
+            _reads_after_log_events,
+            Property.POSITIONS_BACKWARDS,
+            Property.OUTPUT_NOT_TABLE,
+        ),
     )
 }
 
@@ -120,7 +204,9 @@ def main(argv: list[str]) -> None:
         failures = failing_seeds(MUTATIONS[name], range(count), first_only=False)
         took = time.perf_counter() - start
         seeds = [f.seed for f in failures]
+        broken = Counter(str(f.broken) for f in failures)
         print(f"{name}: {len(seeds)} of {count} seeds fail ({took:.1f} s); first: {seeds[:10]}")
+        print(f"  by property: {dict(broken)}")
         if failures:
             print(f"  e.g. seed {failures[0].seed}: {failures[0].problem[:200]}")
 

@@ -19,7 +19,6 @@ Nothing here reads a clock, starts a thread or iterates a set: a seed replays ex
 
 from __future__ import annotations
 
-import os
 import random
 import uuid
 from collections import deque
@@ -37,18 +36,13 @@ from snapshotter.engine.workers import PhaseHooks, Task, WorkerPool
 from snapshotter.sources.base import Dialect
 from snapshotter.sources.log import LogReader
 from tests.sim.db import DATA_TABLES, ITEMS, PAIRS, SIGNAL_TABLE, Database, LoggedChange, Row
-from tests.sim.errors import Crash, SimFailure, Stopped, check
+from tests.sim.errors import Crash, Property, SimFailure, Stopped, check
 from tests.sim.pool import SimPool
 from tests.sim.sink import MemoryStateStore, Output, SimSink
 from tests.sim.source import SimDialect, SimLogReader, SimOutage
 from tests.sim.watch import Watch
 from tests.sim.workload import Workload
 
-# SNAPSHOTTER_SIM_LAG_ACROSS_RESTARTS=1: let a commit stay invisible across an engine restart
-# (PostgreSQL: a commit logged, then stuck waiting for a synchronous standby while the engine
-# restarts). The engine's visibility history (core.visibility) lives in memory only, so a
-# chunk read after the restart can emit a row that commit made stale: seeds fail (e.g. 11).
-LAG_ACROSS_RESTARTS = os.environ.get("SNAPSHOTTER_SIM_LAG_ACROSS_RESTARTS") == "1"
 MAX_DEPTH = 2  # chunk tasks running inside another's phase hook, at most
 FINAL_ACTIONS = 20_000  # the final phase must be caught up by then
 TRACE = 60  # actions remembered for a failure message
@@ -144,6 +138,7 @@ class World:
                 "commits",
                 "chunk_reads",
                 "reread_after_restart",
+                "reread_given_up",
                 "read_rows_checked",
                 "read_rows_dropped",
                 "bounded_spans",
@@ -175,20 +170,16 @@ class World:
         saved = int(resume.get("lsn", 0))
         check(
             not resume or saved >= confirmed,
+            Property.RESUMED_BEFORE_SLOT,
             f"state resumes the log at {saved}, before the slot's confirmed {confirmed}",
         )
         # The slot resends from its confirmed point, which may lie before the saved state.
         start = confirmed if not resume or self.chance(0.5) else saved
         if start < saved:
             self.stats["replays"] += 1
-        if not LAG_ACROSS_RESTARTS:
-            # Commits the new session will not send are visible by now: the engine keeps
-            # its visibility history in memory only, so a transaction logged before the
-            # restart point and still invisible after a restart (a commit stuck in
-            # synchronous replication for that long) is a gap it does not cover. See
-            # LAG_ACROSS_RESTARTS.
-            for xid in [x for x, txn in self.db.invisible.items() if txn.lsn < start]:
-                self.db.make_visible(xid)
+        # Commits logged before `start` (never sent again) may stay invisible for as long as
+        # the scheduler says, as a commit stuck waiting for a synchronous standby through a
+        # restart does: the engine's start snapshot must cover them (core.visibility).
         self.reader = SimLogReader(self, start, key_columns)
         return self.reader
 
@@ -330,7 +321,7 @@ class World:
         except SourceUnavailableError:
             raise Stopped() from None
         except Exception as exc:  # an engine bug: not to be mistaken for a task's failure
-            raise SimFailure(f"the engine raised {exc!r}") from exc
+            raise SimFailure(Property.ENGINE_RAISED, f"the engine raised {exc!r}") from exc
         if not caught_up:
             return
         if self.final:
@@ -455,7 +446,10 @@ class World:
             if self.caught_up:
                 break
         else:
-            raise SimFailure(f"not caught up after {FINAL_ACTIONS} actions of the final phase")
+            raise SimFailure(
+                Property.NOT_CAUGHT_UP,
+                f"not caught up after {FINAL_ACTIONS} actions of the final phase",
+            )
         assert self.engine is not None
         self.engine.close()
 

@@ -27,7 +27,7 @@ from snapshotter.core.state import EngineState
 from snapshotter.core.window import ReadBatch
 from snapshotter.engine.state_store import StateStore
 from snapshotter.sinks.base import Ack, SinkItem, expand
-from tests.sim.errors import check
+from tests.sim.errors import Property, check
 
 if TYPE_CHECKING:
     from tests.sim.scheduler import World
@@ -84,11 +84,16 @@ class SimSink:
     def open(self, resume: Mapping[str, Any] | None) -> None:
         out = self._out
         if resume is None:
-            check(not out.events, f"sink opened without state but holds {len(out.events)} events")
+            check(
+                not out.events,
+                Property.SINK_OFFSET,
+                f"sink opened without state but holds {len(out.events)} events",
+            )
             return
         offset = int(resume["offset"])
         check(
             offset <= out.durable,
+            Property.SINK_OFFSET,
             f"state names sink offset {offset}, past the durable {out.durable}",
         )
         del out.events[offset:]

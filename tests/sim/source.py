@@ -26,10 +26,11 @@ from signals.names import TableId
 from snapshotter.core.events import ChangeEvent, Op, Source
 from snapshotter.core.keys import Key
 from snapshotter.core.position import Position
+from snapshotter.core.visibility import XidRange
 from snapshotter.sources.base import ChunkRows, ChunkSpec, ReadCancelled, TableError, TableSchema
 from snapshotter.sources.log import Change, Commit, LogItem, Progress, TableShape
 from tests.sim.db import SIGNAL_TABLE, Database, LoggedChange, LoggedTxn, Row
-from tests.sim.errors import check
+from tests.sim.errors import Property, check
 
 if TYPE_CHECKING:
     from tests.sim.scheduler import World
@@ -89,6 +90,15 @@ class SimDialect:
         return iter(self._db.latest(schema.table).values())
 
     # --- the snapshot side ----------------------------------------------------------------
+
+    def unfinished_xids(self) -> XidRange | None:
+        self._world.maybe_outage("unfinished xids")
+        if not self._db.lagging:
+            return None
+        low = self._db.snapshot().xmin
+        xid = self._db.begin()  # as PostgreSQL's pg_current_xact_id(), then rolled back
+        self._db.abort(xid)
+        return XidRange(low, xid)
 
     def _query(self, what: str) -> None:
         if self._cancelled:
@@ -224,6 +234,12 @@ class SimLogReader:
             self._rest_of_txn()
         return self._mid_txn
 
+    def _watch_close(self, change: Change) -> None:
+        row = change.event.after
+        close = SignalType.WINDOW_CLOSE.value
+        if change.event.table == SIGNAL_TABLE and row is not None and row["type"] == close:
+            self._world.watch.close_delivered(str(row["id"]).removesuffix("-close"))  # <id>-close
+
     def _rest_of_txn(self) -> None:
         """The rest of a half-delivered transaction (committed: it is on its way)."""
         for index in range(self._available, len(self._queued)):
@@ -244,6 +260,7 @@ class SimLogReader:
             for item in out:
                 if isinstance(item, Change):
                     self._mid_txn = True
+                    self._watch_close(item)
                 elif isinstance(item, Commit):
                     self._mid_txn = False
             return out
@@ -260,7 +277,11 @@ class SimLogReader:
         at all if the engine dies first: a restart then replays from an older point."""
         lsn = int(resume["lsn"])
         previous = self.confirmed[-1] if self.confirmed else self._db.slot_confirmed
-        check(lsn >= previous, f"the engine confirmed LSN {lsn} after confirming {previous}")
+        check(
+            lsn >= previous,
+            Property.CONFIRMED_BACKWARDS,
+            f"the engine confirmed LSN {lsn} after confirming {previous}",
+        )
         self.confirmed.append(lsn)
 
     def _send_feedback(self) -> None:

@@ -9,7 +9,13 @@ from hypothesis import strategies as st
 
 from signals.names import TableId
 from snapshotter.core.position import Position
-from snapshotter.core.visibility import PgSnapshot, RecentTransactions, widen_xid
+from snapshotter.core.visibility import (
+    AllSnapshots,
+    PgSnapshot,
+    RecentTransactions,
+    XidRange,
+    widen_xid,
+)
 
 T = TableId("public", "t")
 U = TableId("public", "u")
@@ -141,3 +147,56 @@ def test_stale_keys_match_an_oracle(
         for k in keys
     }
     assert history.stale_keys(T, snap, Position(cut, 0)) == expected
+
+
+# Across a restart: the log resumes after transactions whose commits may still be invisible.
+
+
+def test_a_chunk_missing_a_transaction_open_at_the_start_is_read_again() -> None:
+    history = RecentTransactions()
+    history.started(XidRange(100, 112))  # start snapshot 100:110:100,104; then xid 112
+    missing = PgSnapshot(104, 112, frozenset({104}))  # 104 may have committed before R
+    assert history.stale_keys(T, missing, Position(50, 0)) is None
+    # Past the start snapshot's xmax, unlisted there: 110 was open too, and still is.
+    assert history.stale_keys(T, PgSnapshot(110, 111), Position(50, 0)) is None
+    # Every one of them ended: nothing to fear.
+    assert history.stale_keys(T, PgSnapshot(112, 113), Position(50, 0)) == set()
+    assert history.stale_keys(T, PgSnapshot(99, 120, frozenset({99, 115})), Position(50, 0)) == (
+        set()
+    )
+
+
+def test_the_log_history_still_drops_what_it_knows() -> None:
+    history = _history((104, 20, T, [7]))
+    history.started(XidRange(104, 105))
+    ended = PgSnapshot(105, 106)
+    assert history.stale_keys(T, ended, Position(50, 0)) == set()
+    history.touch(106, T, [(8,)])
+    history.commit(106, Position(60, 0))
+    assert history.stale_keys(T, PgSnapshot(106, 107, frozenset({106})), Position(70, 0)) == {(8,)}
+
+
+def test_a_snapshot_that_sees_them_ended_forgets_them_unless_an_older_one_can_ask() -> None:
+    history = RecentTransactions()
+    history.started(XidRange(100, 105))
+    older, newer = PgSnapshot(104, 111, frozenset({104})), PgSnapshot(105, 111)
+    history.prune(newer, older)  # the older window has not closed: 104 stays in doubt
+    assert history.stale_keys(T, older, Position(50, 0)) is None
+    history.prune(newer)
+    assert history.stale_keys(T, older, Position(50, 0)) == set()
+
+
+def test_the_range_is_64_bit_as_the_snapshots_are() -> None:
+    epoch = 1 << 32
+    history = RecentTransactions()
+    history.started(XidRange(epoch + 5, epoch + 9))
+    missing = PgSnapshot(epoch + 6, epoch + 12, frozenset({epoch + 6}))
+    assert history.stale_keys(T, missing, Position(50, 0)) is None
+    assert history.stale_keys(T, PgSnapshot(epoch + 9, epoch + 12), Position(50, 0)) == set()
+
+
+def test_all_snapshots_see_the_range_only_if_each_does() -> None:
+    both = AllSnapshots((PgSnapshot(10, 20), PgSnapshot(12, 20, frozenset({12}))))
+    assert not both.sees_range(XidRange(11, 13))
+    assert both.sees_range(XidRange(13, 20))
+    assert not both.sees_range(XidRange(13, 21))

@@ -269,6 +269,9 @@ class SpannerDialect:
     def estimated_rows(self, schema: TableSchema) -> int | None:
         return None  # Spanner keeps no cheap row count (SPANNER_SYS stats are hourly)
 
+    def unfinished_xids(self) -> None:
+        return None  # a strong read sees every commit before it (commits_visible_in_log_order)
+
     def _range(self, spec: ChunkSpec, st: sql.Statement) -> str:
         types = self._key_types(spec.schema, spec.key_columns)
         where = []
