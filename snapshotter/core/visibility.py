@@ -21,20 +21,55 @@ from its resume point R on (on a first start: where ``init`` created the slot): 
 transaction T committed before R (its events, if any, already in the output) but still
 invisible afterwards (a commit stuck waiting for a synchronous standby while the engine
 restarted) is in no history, so a chunk read after the restart could emit the row T made
-stale. So the engine asks, as it starts and before any chunk of this run is read, for the
-range of xids that may still be open (``unfinished_xids``): from the xmin of a snapshot S0
-taken then up to an xid assigned right after S0. Until one chunk snapshot (with every other
-that can still ask) sees every transaction of that range ended, a chunk whose snapshot
-misses one of them is read again, as for a forgotten transaction (``started``).
+stale. So the engine asks, as it starts and before any chunk of this run is read, which
+transactions may be such a T (``OpenAtStart``, ``Dialect.unfinished_xids``), and each of
+them, by itself, keeps a chunk whose snapshot misses it from being used: the chunk is read
+again (``started``, ``missed_at_start``), as for a forgotten transaction.
 
-Why that covers T: T's commit was in the WAL before the previous run received it, so before
-S0 was taken, and its xid was assigned before, so it is below the range's end; T was not
-visible to S0 either (visibility only grows), so its xid is not below S0's xmin. (Not S0's
-in-progress list alone: PostgreSQL lists only xids below its xmax, the newest ended one + 1,
-so T can be at or past xmax, untold.) What it costs: a snapshot after a restart waits, its
-chunks read again, for the writing transactions open as the engine started to end (as
-CREATE INDEX CONCURRENTLY does) - usually milliseconds; a long-running writer or a forgotten
-prepared transaction holds it up for as long as it lives.
+1. Every T is asked about. The server assigns an xid A to the question and ends it; then a
+   snapshot S0 is taken. PostgreSQL's xmax is the newest ended xid + 1, so S0's xmax is
+   past A. T's commit record was in the WAL before R, so before the engine started, and its
+   xid was assigned before that: T < A < xmax. T is invisible to S0 (a chunk read later
+   misses it, and visibility only grows), so S0 lists T in progress. So the xids S0 lists
+   below A hold every T. (Not S0's in-progress list without A: xids at or past xmax are
+   not listed, and T can be one of them.) There are at most as many as open transactions.
+
+2. An xid whose commit (or abort) the log brings in this run, replayed or new, leaves the
+   doubt (``commit``, ``abort``): from then on the history holds its keys like any logged
+   transaction's (replayed changes are recorded too; a transaction of too many keys is
+   remembered as forgotten, which also reads the chunk again), so the rule above handles a
+   snapshot that misses it. A window only asks at its close watermark, after every item
+   the log has before it, so a commit before its open watermark has been seen by then; one
+   after it is in the window's own reach. Only xids open at the start and not yet seen in
+   the log keep a chunk that misses them from being used.
+
+3. An xid whose client backend ``pg_stat_activity`` showed *idle in transaction* (or *idle
+   in transaction (aborted)*) never was in doubt (``OpenTransaction.not_committing``). A
+   backend writes a commit record only while it executes a command (COMMIT, the statement
+   that ends an implicit transaction, a Sync after an Execute, a procedure's COMMIT): it
+   reports itself 'active' before it executes, and idle again only back in its main loop,
+   after the commit has left the proc array (its ``backend_xid`` is gone by then). The
+   activity is read after the engine started and before S0. Were T's commit record
+   written before R, T's backend would have been executing that commit from before the
+   read until after S0 (T is in progress there): 'active' throughout, whether the row's
+   state or its xid was read first. So an idle xid's commit, if it comes, is written after
+   the read, after R: the log brings it (2.). Kept in doubt, as they may be a T: prepared
+   transactions (they have no session; COMMIT PREPARED runs in another backend and can
+   wait for a synchronous standby with the transaction still listed); other backend types
+   (autovacuum, replication workers: they commit without going idle); and sessions whose
+   state the engine's role may not see: ``pg_stat_activity`` shows ``backend_xid`` to
+   everyone but ``state`` only to members of the session's role and of
+   ``pg_read_all_stats`` (``pg_monitor`` has it), which makes the rule precise for them.
+
+4. An xid that every snapshot that can still ask sees ended is forgotten (``prune``): every
+   later snapshot sees it too.
+
+What it costs: a chunk whose snapshot misses an xid still in doubt is read again after a
+wait that doubles (``engine.start_guard``), and after a while a warning names the
+transaction and its session. Usually the wait is for transactions that were committing as
+the engine started: milliseconds. A transaction active in a long statement when the engine
+started, a forgotten prepared transaction, or a session of another role left idle in
+transaction (without ``pg_read_all_stats``) holds the snapshot up for as long as it lives.
 
 Why not the alternatives: ``pg_xact_status`` cannot tell T from a transaction still running
 (it asks the proc array first and answers "in progress" for both); and persisting the
@@ -45,7 +80,7 @@ all of them while no snapshot runs - which is not bounded.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -56,6 +91,8 @@ from snapshotter.core.position import Position
 _XID_SPACE = 1 << 32
 _HALF = 1 << 31
 _FIRST_NORMAL_XID = 3  # 0 invalid, 1 bootstrap, 2 frozen: always visible
+# pg_stat_activity's states of a client backend waiting for its client inside a transaction.
+IDLE_IN_TRANSACTION = frozenset({"idle in transaction", "idle in transaction (aborted)"})
 
 
 class ReadVisibility(Protocol):
@@ -69,19 +106,6 @@ class ReadVisibility(Protocol):
         """Whether ``xid`` is older than every transaction this snapshot could miss, so any
         later snapshot sees it too (history about it can be forgotten)."""
         ...
-
-    def sees_range(self, xids: XidRange) -> bool:
-        """Whether every transaction of ``xids`` had ended when the snapshot was taken (so
-        it, and every later snapshot, sees all that committed)."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class XidRange:
-    """The 64-bit transaction ids ``low <= xid < high``."""
-
-    low: int
-    high: int
 
 
 def widen_xid(xid: int, reference: int) -> int:
@@ -140,9 +164,6 @@ class PgSnapshot:
     def settled(self, xid: int) -> bool:
         return xid < _FIRST_NORMAL_XID or self._full(xid) < self.xmin
 
-    def sees_range(self, xids: XidRange) -> bool:
-        return xids.high <= self.xmax and not any(xids.low <= x < xids.high for x in self.xip)
-
 
 @dataclass(frozen=True, slots=True)
 class AllSnapshots:
@@ -160,8 +181,58 @@ class AllSnapshots:
     def settled(self, xid: int) -> bool:
         return all(s.settled(xid) for s in self.snapshots)
 
-    def sees_range(self, xids: XidRange) -> bool:
-        return all(s.sees_range(xids) for s in self.snapshots)
+
+@dataclass(frozen=True, slots=True)
+class OpenTransaction:
+    """A transaction not ended as the engine started, as the server showed it: a session of
+    ``pg_stat_activity`` or a prepared transaction of ``pg_prepared_xacts`` (or neither)."""
+
+    xid: int  # 32 bits, as pg_stat_activity, pg_prepared_xacts and the log give it
+    pid: int | None = None  # its session's backend
+    state: str | None = None  # pg_stat_activity.state; None: hidden from the engine's role
+    client: bool = False  # a client backend (not autovacuum, a replication worker, ...)
+    age_s: float | None = None  # since it began (prepared: since PREPARE TRANSACTION)
+    prepared: str | None = None  # the gid of a prepared transaction
+
+    def not_committing(self) -> bool:
+        """Whether it cannot have written a commit record before the engine started: its
+        client backend was idle in it (module docstring, 3.)."""
+        return self.client and self.prepared is None and self.state in IDLE_IN_TRANSACTION
+
+
+@dataclass(frozen=True, slots=True)
+class OpenAtStart:
+    """What the engine asks as it starts (``Dialect.unfinished_xids``): ``snapshot`` was
+    taken after the xid ``assigned`` (64 bits) was assigned and ended, and ``sessions``
+    (what the server showed of the transactions open then) was read between the two."""
+
+    assigned: int
+    snapshot: PgSnapshot
+    sessions: tuple[OpenTransaction, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.snapshot.xmax <= self.assigned:
+            raise ValueError(
+                f"snapshot {self.snapshot.xmin}:{self.snapshot.xmax} was taken before xid "
+                f"{self.assigned} ended"
+            )
+
+    def in_doubt(self) -> dict[int, OpenTransaction]:
+        """The transactions that may have committed before the log's resume point and be
+        invisible still, by 32-bit xid (module docstring, 1. and 3.)."""
+        shown: dict[int, OpenTransaction] = {}
+        for session in self.sessions:  # of several rows of one xid, a busy one counts
+            if session.xid not in shown or not session.not_committing():
+                shown[session.xid] = session
+        out: dict[int, OpenTransaction] = {}
+        for full in sorted(self.snapshot.xip):
+            if full >= self.assigned:
+                continue  # began after the question: committed after the resume point
+            xid = full % _XID_SPACE
+            session = shown.get(xid, OpenTransaction(xid))
+            if not session.not_committing():
+                out[xid] = session
+        return out
 
 
 @dataclass(slots=True)
@@ -194,21 +265,36 @@ class RecentTransactions:
         self._overflowed: set[int] = set()
         # xid -> commit position of transactions whose keys were let go (too many keys).
         self._forgotten: dict[int, Position] = {}
-        # The transactions that may have been open as the engine started (``started``):
-        # one may have committed before the point the log resumed from, keys unknown.
-        self._open_at_start: XidRange | None = None
+        # By 32-bit xid, the transactions open as the engine started that may have
+        # committed before the point the log resumed from, keys unknown (``started``).
+        self._open_at_start: dict[int, OpenTransaction] = {}
 
     @property
     def size(self) -> int:
         """Keys held, committed transactions only."""
         return self._size
 
-    def started(self, open_xids: XidRange) -> None:
-        """The engine starts: ``open_xids`` holds every transaction not ended before any
-        chunk of this run is read. Until a chunk's snapshot sees them all ended, a chunk
-        that misses one of them is read again (one may have committed before where the log
-        resumed; see the module docstring)."""
-        self._open_at_start = open_xids
+    def started(self, open_at_start: OpenAtStart) -> None:
+        """The engine starts, and has asked ``open_at_start`` before any chunk of this run is
+        read: a chunk that misses one of the transactions in doubt is read again, until the
+        log brings its end or every snapshot that can ask sees it ended (one may have
+        committed before where the log resumed; see the module docstring)."""
+        self._open_at_start = open_at_start.in_doubt()
+
+    @property
+    def open_at_start(self) -> Mapping[int, OpenTransaction]:
+        """The transactions still in doubt (``started``), by 32-bit xid."""
+        return self._open_at_start
+
+    def missed_at_start(self, visibility: ReadVisibility) -> list[OpenTransaction]:
+        """The transactions still in doubt that the snapshot missed: while there is one, the
+        chunk must be read again."""
+        return [t for x, t in self._open_at_start.items() if not visibility.sees(x)]
+
+    def _log_saw(self, xid: int) -> None:
+        """The log brought the end of ``xid``: the history knows it from now on (module
+        docstring, 2.)."""
+        self._open_at_start.pop(xid % _XID_SPACE, None)
 
     def touch(self, xid: int, table: TableId, keys: Iterable[Key]) -> None:
         if xid in self._overflowed:
@@ -224,6 +310,7 @@ class RecentTransactions:
             self._overflowed.add(xid)
 
     def commit(self, xid: int, position: Position) -> None:
+        self._log_saw(xid)
         if xid in self._overflowed:
             self._overflowed.discard(xid)
             self._forget(xid, position)
@@ -255,7 +342,7 @@ class RecentTransactions:
         watermark) wrote but the chunk's snapshot did not see; None if a forgotten
         transaction, or one open when the engine started, might be one of them (the chunk
         must be re-read)."""
-        if self._open_at_start is not None and not visibility.sees_range(self._open_at_start):
+        if self.missed_at_start(visibility):
             return None
         # Only forgotten transactions before the open watermark matter: later ones are in
         # the window's own reach.
@@ -284,6 +371,7 @@ class RecentTransactions:
     def abort(self, xid: int) -> None:
         """A transaction the reader saw begin but will never commit (not with pgoutput v1,
         which sends committed transactions only; kept for readers that can)."""
+        self._log_saw(xid)
         keys = self._open.pop(xid, None)
         if keys:
             self._open_size -= sum(len(k) for k in keys.values())
@@ -303,6 +391,6 @@ class RecentTransactions:
             self._size -= sum(len(k) for k in old.keys.values())
         self._forgotten = {x: p for x, p in self._forgotten.items() if not settled(x)}
         # Seen ended by every snapshot that can ask: by every later one too.
-        doubt = self._open_at_start
-        if doubt is not None and all(s.sees_range(doubt) for s in snapshots):
-            self._open_at_start = None
+        self._open_at_start = {
+            x: t for x, t in self._open_at_start.items() if not all(s.sees(x) for s in snapshots)
+        }

@@ -47,6 +47,7 @@ from snapshotter.engine.retry import SourceRetry, SourceUnavailableError, server
 from snapshotter.engine.scheduler import Flight, Scheduler, TableRun, random_window_id
 from snapshotter.engine.signal_actions import SignalActions, SignalContext
 from snapshotter.engine.signal_cleanup import WatermarkCleanup
+from snapshotter.engine.start_guard import StartGuardWait
 from snapshotter.engine.state_store import StateStore
 from snapshotter.engine.stats import EngineStats
 from snapshotter.engine.task_answers import TaskAnswers
@@ -153,6 +154,7 @@ class Engine:
         # Only where a chunk's snapshot can miss a transaction logged before its open
         # watermark (PostgreSQL); MySQL commits in binlog order, so the log order suffices.
         self._keep_history = not dialect.commits_visible_in_log_order
+        self._start_wait = StartGuardWait(clock)  # chunks that missed those open at the start
         # Events on their way to the sink, in order; written in batches (one call per read).
         self._out: list[SinkItem] = []
         self._saved_position = (
@@ -381,12 +383,13 @@ class Engine:
 
     def _history_from_start(self) -> None:
         """Transactions open now may have committed before the log's resume point and still
-        be invisible: a chunk that misses one is read again (core.visibility)."""
+        be invisible: a chunk that misses one is read again (core.visibility), after a wait
+        (engine.start_guard)."""
         dialect = self._dialect
         what = "asking which transactions are open"
-        open_xids = self._retry.wait_out(what, dialect.unfinished_xids, dialect.is_transient)
-        if open_xids is not None:
-            self._history.started(open_xids)
+        asked = self._retry.wait_out(what, dialect.unfinished_xids, dialect.is_transient)
+        if asked is not None:
+            self._history.started(asked)
 
     def _flush_out(self) -> None:
         if self._out:
@@ -554,7 +557,7 @@ class Engine:
     def _schedule(self) -> None:
         """Give idle workers their next tasks: start the active table, or read its next
         spans (several at once with read_parallelism > 1, each in its own window)."""
-        if self._retry.waiting():
+        if self._retry.waiting() or self._start_wait.holding():
             return
         while self._workers.idle:
             task = self._scheduler.next_task(self.state.active())
@@ -600,6 +603,7 @@ class Engine:
             # Rule 4 (PostgreSQL): transactions logged before the open watermark that the
             # chunk's snapshot did not see made some chunk rows stale: drop those keys.
             stale = self._history.stale_keys(task.table, window.visibility, window.opened_at)
+            missed = [] if stale is not None else self._history.missed_at_start(window.visibility)
             # Forget only what every snapshot that can still ask sees: with parallel reads a
             # window that read earlier (an older snapshot) may close after this one, and the
             # snapshot of a window still reading is not known yet (nothing goes until then).
@@ -609,10 +613,10 @@ class Engine:
                     window.visibility, *(w.visibility for w in others if w.visibility is not None)
                 )
             if stale is None:
-                why = "its snapshot missed a transaction of unknown keys: see core.visibility"
-                log.info("chunk %d of %s: re-read (%s)", task.number, task.table, why)
+                self._start_wait.read_again(task.table, task.number, missed)
                 self._scheduler.read_again(run, window.window_id)
                 return
+            self._start_wait.passed()
         try:
             if stale:
                 window.drop(stale)

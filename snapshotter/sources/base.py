@@ -17,7 +17,7 @@ import pyarrow as pa
 from signals import Watermark
 from signals.names import TableId
 from snapshotter.core.keys import Key
-from snapshotter.core.visibility import ReadVisibility, XidRange
+from snapshotter.core.visibility import OpenAtStart, ReadVisibility
 
 
 class TableError(Exception):
@@ -186,10 +186,11 @@ class Dialect(Protocol):
         cannot change what later queries of other tables return."""
         ...
 
-    def unfinished_xids(self) -> XidRange | None:
-        """A range of transaction ids holding every transaction not ended now: asked once as
-        the engine starts, before any chunk is read, where commits are not visible in log
-        order (``core.visibility``: rule 4 across restarts); None elsewhere."""
+    def unfinished_xids(self) -> OpenAtStart | None:
+        """The transactions not ended now, and what the server shows of their sessions:
+        asked once as the engine starts, before any chunk is read, where commits are not
+        visible in log order (``core.visibility``: rule 4 across restarts); None
+        elsewhere."""
         ...
 
     def chunk_bound(self, spec: ChunkSpec) -> Key | None:

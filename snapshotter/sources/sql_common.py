@@ -25,7 +25,7 @@ from signals import Watermark
 from signals.names import TableId
 from signals.table import delete_watermarks, insert_signal, watermark_rows
 from snapshotter.core.keys import Key, KeyCodecError, normalize_key
-from snapshotter.core.visibility import XidRange
+from snapshotter.core.visibility import OpenAtStart
 from snapshotter.sources.base import ChunkSpec, ColumnInfo, TableError, TableSchema, error_chain
 from snapshotter.sources.query_guard import Outcome, QueryGuard, cancelled_error, timeout_error
 
@@ -194,7 +194,7 @@ class SqlDialect(ABC):
     def allow_reads(self) -> None:
         self._guard.allow()
 
-    def unfinished_xids(self) -> XidRange | None:
+    def unfinished_xids(self) -> OpenAtStart | None:
         return None  # commits visible in log order (MySQL); PostgreSQL answers
 
     def _outcome_error(

@@ -18,7 +18,7 @@ from signals import TableId, Watermark, WatermarkKind
 from signals.table import create_signal_table, read_signals
 from snapshotter.core.keys import Key, decode_key, encode_key
 from snapshotter.core.values import RawJson
-from snapshotter.core.visibility import PgSnapshot
+from snapshotter.core.visibility import PgSnapshot, RecentTransactions
 from snapshotter.sources.base import ChunkReadError, ChunkSpec, TableError, TableSchema
 from snapshotter.sources.postgres import setup as pg_setup
 from snapshotter.sources.postgres import types as pg_types
@@ -426,21 +426,27 @@ def test_visibility_is_the_chunk_snapshot(
     assert isinstance(later.visibility, PgSnapshot) and later.visibility.xmin > xid
 
 
-def test_the_unfinished_xids_hold_a_transaction_open_now(
+def test_the_unfinished_xids_list_a_transaction_open_now(
     dialect: PostgresDialect, orders: TableSchema, pg_url: str, pg_schema: str
 ) -> None:
     """What the engine asks as it starts (core.visibility: rule 4 across restarts). The open
-    transaction is usually the newest xid here, which pg_current_snapshot() leaves out of its
-    in-progress list (its xmax is the newest ended xid + 1): the range holds it all the same."""
+    transaction is usually the newest xid here, which a snapshot taken before the question's
+    own xid ended would leave out of its in-progress list: this one lists it. Its session
+    is idle in it, so a chunk that misses it is used all the same (more:
+    test_postgres_open_xacts.py)."""
     with psycopg.connect(pg_url) as other:
         other.execute(f"UPDATE {pg_schema}.orders SET note = 'open' WHERE k1 = 0")
         xid = int(other.execute("SELECT pg_current_xact_id()::text").fetchone()[0])  # type: ignore[index]
-        open_xids = dialect.unfinished_xids()
+        asked = dialect.unfinished_xids()
         chunk = dialect.read_chunk(ChunkSpec(orders, orders.primary_key, None, (0, "k9"), None, 9))
         other.rollback()
-    assert open_xids.low <= xid < open_xids.high
+    assert xid in asked.snapshot.xip and xid < asked.assigned
+    assert [s.state for s in asked.sessions if s.xid == xid % (1 << 32)] == ["idle in transaction"]
     assert isinstance(chunk.visibility, PgSnapshot)
-    assert not chunk.visibility.sees_range(open_xids)  # a chunk read now is read again
+    assert not chunk.visibility.sees(xid % (1 << 32))
+    history = RecentTransactions()
+    history.started(asked)
+    assert xid % (1 << 32) not in {t.xid for t in history.missed_at_start(chunk.visibility)}
 
 
 # --- values: the same loaders as the log path ---------------------------------------------

@@ -18,6 +18,9 @@ Everything a real source does that the DBLog algorithm depends on, and nothing e
   ``pg_current_snapshot()`` describes it, so the engine's visibility history has real work:
   xmax is the newest ended xid + 1, and only xids below it are listed in progress.
   With lag off (MySQL), commits are visible when they are logged.
+* Sessions (``pg_stat_activity``): each open transaction's session is idle in it, running a
+  statement, or hidden (another role's); a logged, invisible one is executing its commit
+  ('active'): what the engine's start asks (core.visibility, 3.).
 
 Deterministic: no clock, no randomness (the scheduler decides everything), dicts only.
 """
@@ -32,7 +35,7 @@ import pyarrow as pa
 
 from signals.names import TableId
 from snapshotter.core.keys import Key
-from snapshotter.core.visibility import PgSnapshot
+from snapshotter.core.visibility import OpenTransaction, PgSnapshot
 from snapshotter.sources.base import ColumnInfo, TableSchema
 
 Row = dict[str, Any]
@@ -138,6 +141,23 @@ class Database:
         xmax = self.latest_ended + 1
         xip = [x for x in (*self.open_xids, *self.invisible) if x < xmax]
         return PgSnapshot(min(xip, default=xmax), xmax, frozenset(xip))
+
+    def sessions(self) -> tuple[OpenTransaction, ...]:
+        """``pg_stat_activity``'s sessions holding an xid. A transaction not committing
+        writes nothing yet here: its session is idle in it, or runs a statement, or (another
+        role's) its state is hidden; one logged but not yet visible is executing its commit.
+        Which, by xid (no draw: the seeds' random sequences stay as they were)."""
+        out = []
+        for xid in (*self.open_xids, *self.invisible):
+            shown = xid % 4 != 3
+            if not shown:
+                state = None
+            elif xid in self.invisible:
+                state = "active"
+            else:
+                state = "idle in transaction" if xid % 4 < 2 else "active"
+            out.append(OpenTransaction(xid, pid=xid, state=state, client=shown))
+        return tuple(out)
 
     def read(self, table: TableId, snapshot: PgSnapshot) -> dict[Key, Row]:
         """The table as ``snapshot`` sees it."""

@@ -14,6 +14,11 @@ caught only when a seed fails on one of them, never when the engine merely raise
 * ``visibility-at-start`` (core/visibility.py, rule 4 across restarts): the transactions
   open as the engine starts are ignored, so a commit logged before the log's resume point
   and still invisible after the restart goes unnoticed.
+* ``start-idle-only`` (core/visibility.py, 3.): every session showing its transaction is
+  taken for idle in it, also one executing its commit (stuck after the commit record, as
+  before a restart), so that commit leaves the doubt though the log will not bring it.
+* ``start-release-per-xid`` (core/visibility.py, 2.): the log bringing the end of one
+  transaction open at the start lets every other one out of doubt too.
 * ``span-progress`` (core/spans.py, 6.): progress moves over every span whose batch is out,
   not only over the contiguous prefix of them.
 * ``resume-from-start`` (core/spans.py): a resumed snapshot pages from the table's start
@@ -33,7 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from snapshotter.core.spans import SpanDone, SpanPlan
-from snapshotter.core.visibility import RecentTransactions
+from snapshotter.core.visibility import OpenTransaction, RecentTransactions
 from snapshotter.core.window import ChunkWindow, ReadBatch
 from snapshotter.engine import Engine
 from tests.sim.errors import Property
@@ -44,7 +49,7 @@ if TYPE_CHECKING:  # the annotations, spelled as the originals spell them
     from snapshotter.core.events import ChangeEvent
     from snapshotter.core.keys import Key
     from snapshotter.core.position import Position
-    from snapshotter.core.visibility import ReadVisibility, XidRange
+    from snapshotter.core.visibility import OpenAtStart, ReadVisibility
 
 
 def _no_window_drops(self, event: ChangeEvent) -> list[Key]:
@@ -57,8 +62,16 @@ def _nothing_stale(
     return set()
 
 
-def _start_ignored(self, open_xids: XidRange) -> None:
+def _start_ignored(self, open_at_start: OpenAtStart) -> None:
     return None
+
+
+def _every_session_idle(self) -> bool:
+    return self.pid is not None
+
+
+def _log_saw_every_one(self, xid: int) -> None:
+    self._open_at_start.clear()
 
 
 _closed = SpanPlan.closed
@@ -140,6 +153,20 @@ MUTATIONS = {
             RecentTransactions,
             "started",
             _start_ignored,
+            Property.STALE_READ,
+        ),
+        _mutation(
+            "start-idle-only",
+            OpenTransaction,
+            "not_committing",
+            _every_session_idle,
+            Property.STALE_READ,
+        ),
+        _mutation(
+            "start-release-per-xid",
+            RecentTransactions,
+            "_log_saw",
+            _log_saw_every_one,
             Property.STALE_READ,
         ),
         _mutation(

@@ -26,7 +26,7 @@ from signals.names import TableId
 from snapshotter.core.events import ChangeEvent, Op, Source
 from snapshotter.core.keys import Key
 from snapshotter.core.position import Position
-from snapshotter.core.visibility import XidRange
+from snapshotter.core.visibility import OpenAtStart
 from snapshotter.sources.base import ChunkRows, ChunkSpec, ReadCancelled, TableError, TableSchema
 from snapshotter.sources.log import Change, Commit, LogItem, Progress, TableShape
 from tests.sim.db import SIGNAL_TABLE, Database, LoggedChange, LoggedTxn, Row
@@ -91,14 +91,14 @@ class SimDialect:
 
     # --- the snapshot side ----------------------------------------------------------------
 
-    def unfinished_xids(self) -> XidRange | None:
+    def unfinished_xids(self) -> OpenAtStart | None:
         self._world.maybe_outage("unfinished xids")
         if not self._db.lagging:
             return None
-        low = self._db.snapshot().xmin
-        xid = self._db.begin()  # as PostgreSQL's pg_current_xact_id(), then rolled back
-        self._db.abort(xid)
-        return XidRange(low, xid)
+        assigned = self._db.begin()  # as PostgreSQL's pg_current_xact_id()
+        sessions = self._db.sessions()  # pg_stat_activity, read in the same transaction
+        self._db.abort(assigned)  # rolled back: ended before the snapshot is taken
+        return OpenAtStart(assigned, self._db.snapshot(), sessions)
 
     def _query(self, what: str) -> None:
         if self._cancelled:

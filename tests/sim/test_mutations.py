@@ -3,7 +3,8 @@ of the algorithm switched off by a monkeypatch, with the signature of what it re
 make a seed fail within the first ``WITHIN`` seeds, and on a property that rule guards - an
 exception of the engine (a TypeError of a mutant that does not fit, say) is no catch.
 (Measured over 200 seeds: see ``python3 -m tests.sim.mutations all 200``; the rarest,
-``visibility-at-start``, first fails at seed 50.)"""
+``visibility-at-start``, ``start-idle-only`` and ``start-release-per-xid``, first fail at
+seed 50.)"""
 
 from __future__ import annotations
 

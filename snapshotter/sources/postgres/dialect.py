@@ -34,7 +34,7 @@ from signals.names import TableId
 from signals.table import insert_signal
 from snapshotter.common.faults import failpoint
 from snapshotter.core.keys import Key
-from snapshotter.core.visibility import PgSnapshot, XidRange
+from snapshotter.core.visibility import OpenAtStart, PgSnapshot
 from snapshotter.sources.base import (
     ChunkReadError,
     ChunkRows,
@@ -46,6 +46,7 @@ from snapshotter.sources.base import (
 )
 from snapshotter.sources.postgres import arrow as pg_arrow
 from snapshotter.sources.postgres import commits as pg_commits
+from snapshotter.sources.postgres import open_xacts as pg_open_xacts
 from snapshotter.sources.postgres import setup as pg_setup
 from snapshotter.sources.postgres import types as pg_types
 from snapshotter.sources.query_guard import (
@@ -95,11 +96,6 @@ _BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 _BEGIN_READ = (
     "SELECT pg_current_snapshot()::text AS snapshot, "
     "set_config('statement_timeout', $1, true) AS statement_timeout"
-)
-# The statement's snapshot is taken before it runs, so the xid it assigns is past every xid
-# assigned before (xid8 as text: no driver type needed).
-_UNFINISHED_XIDS = (
-    "SELECT pg_snapshot_xmin(pg_current_snapshot())::text, pg_current_xact_id()::text"
 )
 # Settings that change how values are written as text (the chunk reader's format, also the
 # log decoder's): a filter that changes one (set_config) would make chunk rows differ from
@@ -476,15 +472,8 @@ class PostgresDialect(SqlDialect):
             ).scalar()
         return None if value is None else max(0, round(float(value)))
 
-    def unfinished_xids(self) -> XidRange:
-        """From the xmin of this statement's snapshot up to the xid the statement assigns
-        itself after taking it (then rolled back: it writes nothing): every transaction not
-        ended now is in there, also those past the snapshot's xmax, which its in-progress
-        list leaves out (``core.visibility``: rule 4 across restarts)."""
-        with self.engine.connect() as conn:
-            low, high = conn.execute(sa.text(_UNFINISHED_XIDS)).one()
-            conn.rollback()
-        return XidRange(int(low), int(high))
+    def unfinished_xids(self) -> OpenAtStart:
+        return pg_open_xacts.open_at_start(self.engine)
 
     def read_chunk(self, spec: ChunkSpec) -> ChunkRows:
         statement = partial(self._statement, spec, False)
