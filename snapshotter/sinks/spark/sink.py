@@ -51,6 +51,7 @@ import pyarrow as pa
 
 from signals.names import TableId
 from snapshotter.common.errors import disk_error, is_disk_full
+from snapshotter.common.faults import failpoint
 from snapshotter.config import Config
 from snapshotter.core.events import ChangeEvent
 from snapshotter.core.window import ReadBatch, StagedReadBatch
@@ -58,6 +59,7 @@ from snapshotter.sinks.base import Ack, SinkItem
 from snapshotter.sinks.spark.lander import Landed, Lander, LandingError, landed_tables
 from snapshotter.sinks.spark.remote_reads import write_remote_reads
 from snapshotter.sinks.spark.staging import StagedBatch, StagingArea
+from snapshotter.sinks.spark.start import SparkStartError
 from snapshotter.sinks.spark.types import (
     events_to_landed,
     landed_schema,
@@ -292,6 +294,8 @@ class SparkSink:
             with self._cond:
                 self._closing = True
                 self._cond.notify_all()
+            if self._lander is None and self._thread.is_alive():
+                log.info("waiting for Spark to start to land %d staged batch(es)", len(self._queue))
             self._thread.join()
             self._thread = None
         self._check()
@@ -337,6 +341,13 @@ class SparkSink:
     def _run_stager(self) -> None:
         """Stages each checkpoint's rows, in order, then acknowledges it. After a failure it
         stages nothing more (the engine stops at its next call, with the error)."""
+        try:
+            self._stage_all()
+        except Exception as exc:  # a bug: the engine stops with it, never waits on it
+            log.debug("the stager stopped", exc_info=True)
+            self._fail(f"the Spark sink's stager stopped: {_first_line(exc)}")
+
+    def _stage_all(self) -> None:
         while True:
             job = self._stage_queue.get()
             if job is None:
@@ -507,34 +518,44 @@ class SparkSink:
         return max(0.0, min(left))
 
     def _run_lander(self) -> None:
-        if self._lander is None:
-            try:
-                self._lander = self._open_lander()
-            except Exception as exc:
-                with self._cond:
-                    self._failure = f"starting Spark failed: {_first_line(exc)}"
-                    self._cond.notify_all()
-                log.error("%s", self._failure)
-                return
-        self._lander.hold_compaction = self._snapshotting
+        """The lander thread. Whatever ends it early (Spark does not start, a landing keeps
+        failing, a bug) is kept as the sink's failure, so the engine stops at its next call
+        with the reason: it must never go on staging what nothing lands."""
+        try:
+            if self._lander is None:
+                try:
+                    self._lander = self._open_lander()
+                except Exception as exc:  # SparkStartError: said with the address and fix
+                    start = isinstance(exc, SparkStartError)
+                    self._fail(str(exc) if start else f"starting Spark failed: {_first_line(exc)}")
+                    return
+            self._lander.hold_compaction = self._snapshotting
+            self._land_all()
+        except SparkSinkError as exc:  # said for users already
+            self._fail(str(exc))
+        except Exception as exc:  # a bug: said with what it was, never swallowed
+            log.debug("the lander stopped", exc_info=True)
+            self._fail(f"the Spark sink's lander stopped: {_first_line(exc)}")
+
+    def _fail(self, reason: str) -> None:
+        with self._cond:
+            self._failure = self._failure or reason
+            self._landing = False
+            self._cond.notify_all()
+        log.error("%s", reason)
+
+    def _land_all(self) -> None:
         while True:
+            failpoint("spark.lander")
             with self._cond:
                 group = self._next_job()
                 if group is None:
                     return
                 self._landing = True
-            try:
-                if group:
-                    self._land_now(group)
-                else:
-                    self._compact_released()
-            except Exception as exc:
-                with self._cond:
-                    self._failure = str(exc)
-                    self._landing = False
-                    self._cond.notify_all()
-                log.error("%s", exc)
-                return
+            if group:
+                self._land_now(group)
+            else:
+                self._compact_released()
             with self._cond:
                 if group:
                     del self._queue[: len(group)]
