@@ -29,7 +29,7 @@ import pytest
 
 from tests.conftest import REPO
 from tests.integration.engine_harness import Capture
-from tests.integration.test_cli_errors import assert_clear, cli, closed_port
+from tests.integration.test_cli_errors import cli, closed_port
 
 pytestmark = pytest.mark.integration
 
@@ -37,17 +37,17 @@ ROWS = 300
 
 
 def _spark_capture(
-    capture: Any, spark: str, spark_extra: str = "", state_extra: str = ""
+    capture: Any, spark: str, spark_extra: str = "", state_extra: str = "", table: str = "t"
 ) -> Capture:
     """A capture landing through ``spark`` (a master or Connect URL), a small table with a
     snapshot asked for; ``spark_extra``/``state_extra``: more [spark]/[state] settings."""
     cap: Capture = capture(sink="spark", spark=spark, state_config=state_extra)
     text = cap.config_path.read_text(encoding="utf-8")
     cap.config_path.write_text(text.replace("[spark]\n", f"[spark]\n{spark_extra}\n"), "utf-8")
-    cap.sql(f'CREATE TABLE "{cap.schema}".t (id int PRIMARY KEY, v int)')
-    cap.sql(f'INSERT INTO "{cap.schema}".t SELECT g, g FROM generate_series(1, {ROWS}) g')
+    cap.sql(f'CREATE TABLE "{cap.schema}".{table} (id int PRIMARY KEY, v int)')
+    cap.sql(f'INSERT INTO "{cap.schema}".{table} SELECT g, g FROM generate_series(1, {ROWS}) g')
     cap.init()
-    cap.execute(f"{cap.schema}.t")
+    cap.execute(f"{cap.schema}.{table}")
     return cap
 
 
@@ -120,13 +120,16 @@ def silent_port() -> Iterator[int]:
 
 
 def _run_failing(cap: Capture, secret: str = "Traceback") -> tuple[str, float]:
-    """``run --until-caught-up``, expected to fail (exit 1) with one clear error line (no
-    traceback, nor ``secret``): that line, and how long the run took."""
+    """``run --until-caught-up``, expected to fail (exit 1) with one error line, no
+    traceback, nor ``secret`` (Spark's JVM may add lines of its own log): that line, and how
+    long the run took."""
     started = time.monotonic()
     said = cli(cap.config_path, "run", "--until-caught-up", timeout=600)
     took = time.monotonic() - started
-    line = assert_clear(said, secret)
-    assert said.code == 1, said.stderr
+    everything = said.stdout + said.stderr
+    assert said.code == 1, everything
+    assert "Traceback" not in everything and secret not in everything, everything
+    (line,) = said.errors
     return line, took
 
 
@@ -187,10 +190,10 @@ def test_a_signal_while_spark_starts_stops_the_engine_within_shutdown_timeout(
     assert "Traceback" not in run.stderr
 
 
-def test_sigterm_during_a_snapshot_landing_on_local_spark_stops_within_the_bound(
+def test_sigterm_with_local_spark_running_stops_within_the_bound_and_resume_converges(
     capture: Any,
 ) -> None:
-    """A working Spark (local mode): SIGTERM while the snapshot lands ends the run within
+    """A working Spark (local mode): SIGTERM once it has started ends the run within
     the bound, at a transaction boundary with state saved (exit 0), or at the bound."""
     cap = _spark_capture(capture, "local[1]", "", "shutdown_timeout_s = 40")
     with running(cap.config_path) as run:
@@ -227,7 +230,7 @@ def test_a_busy_cluster_fails_a_second_engine_in_time_and_verify_reads_locally(
         engine.wait_for(r"Spark started at spark://", timeout=600)
         engine.wait_for(r"snapshot of \S+ done", timeout=300)
 
-        second = _spark_capture(capture, spark_master, "start_timeout_s = 30")
+        second = _spark_capture(capture, spark_master, "start_timeout_s = 30", table="t2")
         line, took = _run_failing(second)
         assert f"Spark at {spark_master} ran no task within 30 s" in line, line
         assert "spark.cores.max" in line and "Initial job has not accepted any resources" in line
