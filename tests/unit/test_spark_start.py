@@ -4,11 +4,12 @@ starts themselves run against the real servers in tests/integration/test_spark_s
 from __future__ import annotations
 
 import socket
+from typing import Any
 
 import pytest
 
 from snapshotter.config import SparkConfig
-from snapshotter.sinks.spark.start import SparkStartError, addresses, probe, shown
+from snapshotter.sinks.spark.start import SparkStartError, addresses, bound_retries, probe, shown
 
 
 @pytest.mark.parametrize(
@@ -54,3 +55,18 @@ def test_any_master_of_a_list_that_answers_will_do() -> None:
         listening.listen(1)
         a, b = closed.getsockname()[1], listening.getsockname()[1]
         probe(SparkConfig(master=f"spark://127.0.0.1:{a},127.0.0.1:{b}"))
+
+
+@pytest.mark.parametrize(("timeout_s", "retries"), [(120, 6), (20, 5), (1, 1), (0.1, 1)])
+def test_a_connect_clients_retries_are_bounded_by_the_start_timeout(
+    timeout_s: float, retries: int
+) -> None:
+    """PySpark's default retries an unavailable Connect server for ten minutes and more."""
+    from types import SimpleNamespace
+
+    set_to: list[Any] = []
+    session = SimpleNamespace(client=SimpleNamespace(set_retry_policies=set_to.extend))
+    bound_retries(session, timeout_s)
+    (policy,) = set_to
+    assert policy.max_retries == retries
+    assert policy.max_server_retry_delay == int(timeout_s * 1000)

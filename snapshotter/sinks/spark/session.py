@@ -14,7 +14,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from snapshotter.config import SparkConfig
-from snapshotter.sinks.spark.start import bounded_start, probe, shown
+from snapshotter.sinks.spark.start import bound_retries, bounded_start, probe, shown
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -187,6 +187,7 @@ def _connect(config: SparkConfig) -> SparkSession:
     probe(config)  # the client would retry an unreachable server for ten minutes
 
     def configure(session: Any) -> None:
+        bound_retries(session, config.start_timeout_s)
         for key, value in conf.items():
             session.conf.set(key, value)
 

@@ -59,7 +59,7 @@ from snapshotter.sinks.base import Ack, SinkItem
 from snapshotter.sinks.spark.lander import Landed, Lander, LandingError, landed_tables
 from snapshotter.sinks.spark.remote_reads import write_remote_reads
 from snapshotter.sinks.spark.staging import StagedBatch, StagingArea
-from snapshotter.sinks.spark.start import SparkStartError
+from snapshotter.sinks.spark.start import SparkStartError, shown
 from snapshotter.sinks.spark.types import (
     events_to_landed,
     landed_schema,
@@ -111,12 +111,14 @@ class SparkSink:
         fmt: str,
         spark: Callable[[], Any] | None = None,
         compact_idle_s: float | None = None,
+        spark_at: str = "Spark",
     ) -> None:
         """``spark``: the Spark session, for READ rows read on executors
         (``StagedReadBatch``), which are staged by Spark. ``compact_idle_s``: fold every
         table's changelog tail into its current state once nothing has landed for this long
-        (None: only when the sink closes)."""
+        (None: only when the sink closes). ``spark_at``: where Spark runs, for messages."""
         self._spark = spark
+        self._spark_at = spark_at
         self._staging = staging
         self._open_lander = open_lander
         self._describe = describe
@@ -186,6 +188,7 @@ class SparkSink:
             fmt=sink.format,
             spark=session,
             compact_idle_s=sink.compact_idle_s or None,
+            spark_at=f"Spark at {shown(config.spark)}",
         )
 
     # ------------------------------------------------------------------ Sink protocol
@@ -473,9 +476,10 @@ class SparkSink:
                     ) from exc
                 if attempt == LAND_ATTEMPTS:
                     raise SparkSinkError(
-                        f"landing batches {batches[0].seq}..{batches[-1].seq} failed "
-                        f"{LAND_ATTEMPTS} times; last error: {_first_line(exc)}. They stay "
-                        "staged and are landed on the next start"
+                        f"landing batches {batches[0].seq}..{batches[-1].seq} with "
+                        f"{self._spark_at} failed {LAND_ATTEMPTS} times; last error: "
+                        f"{_first_line(exc)}. Check that Spark is up there ([spark]); the "
+                        "batches stay staged and are landed on the next start"
                     ) from exc
                 log.warning(
                     "landing batches %d..%d failed (attempt %d of %d), retrying: %s",

@@ -170,6 +170,22 @@ def _first_job(session: Any) -> None:
             session.removeTag(PROBE_JOB_GROUP)
 
 
+def bound_retries(session: Any, timeout_s: float) -> None:
+    """A Spark Connect client retries a server that is unavailable for ten minutes and more
+    (PySpark's DefaultPolicy: 15 retries, backoff x4 up to 60 s): bounded here by about
+    ``timeout_s`` per call, so a server that went away fails the call (a landing: retried,
+    then the engine stops naming the server) rather than hanging it."""
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    budget_ms, waited, backoff, retries = timeout_s * 1000, 0.0, 50.0, 0
+    while retries < 15 and waited + min(backoff, 60_000) + 500 <= budget_ms:
+        waited += min(backoff, 60_000) + 500  # the backoff and its largest jitter
+        backoff *= 4
+        retries += 1
+    policy = DefaultPolicy(max_retries=max(1, retries), max_server_retry_delay=int(budget_ms))
+    session.client.set_retry_policies([policy])
+
+
 def _is_connect(session: Any) -> bool:
     return type(session).__module__.startswith("pyspark.sql.connect")
 
@@ -222,4 +238,4 @@ def _failure_message(config: SparkConfig, exc: BaseException) -> str:
     return f"starting Spark at {shown(config)} failed: {reason or type(exc).__name__}; {fix}"
 
 
-__all__ = ["SparkStartError", "addresses", "bounded_start", "probe", "shown"]
+__all__ = ["SparkStartError", "addresses", "bound_retries", "bounded_start", "probe", "shown"]
