@@ -26,6 +26,8 @@ Points (each named where it is placed, with the moment it stands for):
   infinite timeout once raised OverflowError outside any handler).
 * ``chunks.worker``: a chunk worker's thread, between two tasks.
 * ``binlog.read``: the MySQL binlog reader's thread, at each event.
+* ``spanner.partition_query``: a Spanner change-stream partition's thread, as its query
+  starts.
 
 ``point@N:raise`` raises :class:`InjectedFault` there instead of killing the process: the
 thread-failure tests (tests/integration/test_thread_failures.py) check that an exception in
@@ -57,6 +59,7 @@ POINTS = (
     "spark.lander",
     "chunks.worker",
     "binlog.read",
+    "spanner.partition_query",
 )
 RAISE = "raise"
 

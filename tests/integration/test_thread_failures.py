@@ -15,6 +15,8 @@ The threads and where their failures go (docs/operations.md#stopping):
   through the engine's thread-failure hook, snapshotter.app.shutdown.ThreadFailures);
 * MySQL's binlog reader: lost connections are retried (test_source_restart.py), anything else
   stops the engine (``test_a_binlog_reader_failure_stops_the_engine``);
+* Spanner's partition queries: a transient error is retried for 300 s, anything else stops
+  the engine (``test_a_spanner_partition_query_failure_stops_the_engine``);
 * side channels recover: the notification table's writer retries
   (tests/unit/test_notifications.py::test_the_table_channel_writes_off_thread_and_retries),
   the metrics lag probe says it once
@@ -34,6 +36,9 @@ import pytest
 from tests.conftest import REPO
 from tests.integration.engine_harness import Capture
 from tests.integration.test_cli_errors import Said, cli
+from tests.integration.test_spanner_source import spanner_case
+
+__all__ = ["spanner_case"]  # the fixture, used by name
 
 pytestmark = pytest.mark.integration
 
@@ -141,3 +146,17 @@ def test_a_binlog_reader_failure_stops_the_engine(mysql_capture: Any) -> None:
     _stopped_with(said, "failed: InjectedFault: injected fault at binlog.read")
     assert "reading the binlog after " in said.stderr
     _resumed_and_converged(cap)
+
+
+def test_a_spanner_partition_query_failure_stops_the_engine(spanner_case: Any) -> None:
+    """A partition's thread hands its error to the engine's thread: not transient, so the
+    engine stops naming the change stream (the emulator)."""
+    cap: Capture = spanner_case("googlesql").capture
+    cap.init()
+    said = faulty(cap.config_path, "spanner.partition_query@1:raise", "run", "--until-caught-up")
+    _stopped_with(
+        said,
+        "change stream cs: a partition query failed: injected fault at spanner.partition_query",
+    )
+    said = cli(cap.config_path, "resume", "--until-caught-up", timeout=600)
+    assert said.code == 0, said.stderr

@@ -126,4 +126,4 @@ def test_points_cost_nothing_when_unset() -> None:
         check=False,
     )
     assert done.returncode == 0 and not done.stderr
-    assert len(POINTS) == 11
+    assert len(POINTS) == 12
