@@ -464,6 +464,11 @@ class SparkConfig(_Section):
     # Extra Spark configuration, e.g. {"spark.driver.memory" = "4g"}. Through Spark Connect
     # only settings a running session takes (spark.sql.*).
     conf: dict[str, str] = Field(default_factory=dict)
+    # The longest starting Spark may take: the master or Connect server answering, the
+    # session, and a first task run on an executor (a cluster whose cores other
+    # applications hold runs none). Past it the engine (or verify) stops with the address
+    # and the fix.
+    start_timeout_s: float = Field(default=120.0, gt=0, le=3600, allow_inf_nan=False)
 
     @field_validator("master")
     @classmethod
@@ -514,6 +519,11 @@ class StateConfig(_Section):
     # (Debezium's offset.flush.interval.ms): after a crash, at most about this much output
     # is sent again.
     checkpoint_interval_ms: int = Field(default=1000, ge=10, le=600_000)
+    # How long a stop (SIGTERM, SIGINT, or a failure) may take, from the request to the
+    # process's exit: the last transaction, the final checkpoint, the sink's close. Past it
+    # the process exits anyway; what was acknowledged is saved, the rest is done again by
+    # the next run. A second SIGTERM/SIGINT exits at once.
+    shutdown_timeout_s: float = Field(default=60.0, gt=0, le=86_400, allow_inf_nan=False)
 
 
 class MetricsConfig(_Section):

@@ -535,7 +535,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from snapshotter.sources.positions import StreamPositionLost
 
     stop = StopFlag()
-    stop.install()
+    stop.install(config.state.shutdown_timeout_s)  # a stop ends the process within this
     try:
         config = with_port(config, args.metrics_port)
         with (
@@ -562,6 +562,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise CliError(explain(exc, config.source.url).text) from None
     except (StateError, ValueError, OSError, JsonlSinkError) as exc:
         raise CliError(explain(exc, config.source.url).text) from None
+    finally:
+        stop.uninstall()
     _print_summary(config)
     return code
 
@@ -836,7 +838,7 @@ def _verify_landed(config: Config, names: Sequence[str], *, as_json: bool) -> in
     results: list[dict[str, Any]] = []
     err.print(escape(f"verifying against the landed state under {config.sink.path}"))
     try:
-        for outcome in verify_landed(config, names):
+        for outcome in verify_landed(config, names, say=lambda text: err.print(escape(text))):
             failed = failed or not outcome.ok
             if as_json:
                 results.append(outcome.to_json())

@@ -4,11 +4,10 @@ use it to run an engine in a thread with phase hooks."""
 
 from __future__ import annotations
 
-import signal
-import threading
 from collections.abc import Callable
 
 from snapshotter.app.coverage import refuse_uncovered
+from snapshotter.app.shutdown import StopFlag, ThreadFailures
 from snapshotter.app.stream_position import check_before_streaming
 from snapshotter.config import Config
 from snapshotter.core.state import EngineState
@@ -20,6 +19,8 @@ from snapshotter.sinks.base import Sink
 from snapshotter.sinks.factory import sink_for
 from snapshotter.sources.base import Dialect
 from snapshotter.sources.connector import connector_for
+
+__all__ = ["StopFlag", "ThreadFailedError", "build_engine", "open_dialect", "run_engine"]
 
 
 def build_engine(
@@ -70,21 +71,8 @@ def open_dialect(config: Config) -> Dialect:
     return connector_for(config.source).open_dialect()
 
 
-class StopFlag:
-    """Set by SIGINT/SIGTERM (or by a test); the engine checks it between reads."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-
-    def set(self) -> None:
-        self._event.set()
-
-    def __call__(self) -> bool:
-        return self._event.is_set()
-
-    def install(self) -> None:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, lambda *_: self._event.set())
+class ThreadFailedError(RuntimeError):
+    """A background thread of the engine died; the message names it and the error."""
 
 
 def run_engine(
@@ -99,9 +87,12 @@ def run_engine(
 ) -> int:
     """Lock the state directory, then stream; returns the engine's exit code.
     ``on_start``: called with the engine before it streams (observers that read its
-    counters, e.g. the metrics endpoint)."""
+    counters, e.g. the metrics endpoint). A background thread that dies stops the engine
+    (state saved), and ThreadFailedError says which and why."""
     from snapshotter.app.notifications import notifier_for, observe
 
+    if stop is None:
+        stop = StopFlag()
     config.state.dir.mkdir(parents=True, exist_ok=True)
     # Debezium's notifications ([notifications]): an observer of the states saved.
     notifier = notifier_for(config)
@@ -109,13 +100,24 @@ def run_engine(
     try:
         # Lock first, then load state: state read before another engine's last save would
         # restart the sink and the slot from different points.
-        with StateStore(state_path(config)) as store:
+        with StateStore(state_path(config)) as store, ThreadFailures(stop.set) as failures:
             engine, _ = build_engine(
                 config, hooks=hooks, sink=sink, on_progress=on_progress, store=store
             )
             if on_start is not None:
                 on_start(engine)
-            return engine.run(until_caught_up=until_caught_up, should_stop=stop)
+            code = engine.run(
+                until_caught_up=until_caught_up,
+                should_stop=stop,
+                on_error=lambda: stop.set("the engine failed"),
+            )
+            if failures.failure is not None:
+                raise ThreadFailedError(
+                    f"{failures.failure}; the engine stopped with its state saved (an "
+                    "unexpected error: please report it, with the log of `-v`); `snapshotter "
+                    "resume` goes on"
+                )
+            return code
     finally:
         if notifier is not None:
             notifier.close()
