@@ -539,6 +539,15 @@ class Config(_Section):
         )
 
     @property
+    def own_tables(self) -> dict[TableId, str]:
+        """The engine's own tables in the source besides the signal table, with what each
+        is: the notification table, with the "table" channel. Never captured, never
+        snapshotted."""
+        if "table" not in self.notifications.channels:
+            return {}
+        return {self.notification_table_id: "the notification table ([notifications] table)"}
+
+    @property
     def staging_dir(self) -> Path:
         if self.sink.staging_path is not None:
             return self.sink.staging_path
@@ -548,14 +557,25 @@ class Config(_Section):
 
     @model_validator(mode="after")
     def _notification_table_of_its_own(self) -> Config:
-        if (
-            "table" in self.notifications.channels
-            and self.notification_table_id == self.source.signal_table_id
-        ):
+        if "table" not in self.notifications.channels:
+            return self
+        table = self.notification_table_id
+        if table == self.source.signal_table_id:
             raise ValueError(
                 f"notifications.table {self.notifications.table!r} is the signal table; name "
                 'another, e.g. table = "debezium_notification"'
             )
+        schema = self.source.default_schema
+        for item in self.source.tables:
+            selector = parse_table_selector(item)
+            if isinstance(selector, TableId) and selector.with_default_schema(schema) == table:
+                # Its changes would be dropped from the output (the engine's own rows), and
+                # notifications written into a table of the application.
+                raise ValueError(
+                    f"notifications.table {self.notifications.table!r} is a captured table "
+                    f"(source.tables names {item!r}): the notification table is the engine's "
+                    'own; name another, e.g. table = "debezium_notification"'
+                )
         return self
 
     @model_validator(mode="after")

@@ -8,6 +8,7 @@ import signal
 import threading
 from collections.abc import Callable
 
+from snapshotter.app.log_coverage import check_before_streaming as check_log_coverage
 from snapshotter.app.stream_position import check_before_streaming
 from snapshotter.config import Config
 from snapshotter.core.state import EngineState
@@ -40,6 +41,10 @@ def build_engine(
     # invalidated, or created again; a binlog file purged) is an error that says what to
     # do, never a silent start elsewhere (PostgreSQL would start a slot at its own position).
     check_before_streaming(config, dialect, state_path(config))
+    # And the log must carry the signal table and the tables already snapshotted (a signal
+    # table dropped and created again leaves a publication): repaired where it may be,
+    # else refused with the fix, never a run whose signals vanish.
+    check_log_coverage(config, dialect, state_path(config))
     engine = Engine(
         config=config,
         dialect=dialect,

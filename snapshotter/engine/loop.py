@@ -131,9 +131,7 @@ class Engine:
         self._signal_table = source.signal_table_id
         # The notification table ([notifications] channels "table") is the engine's own
         # output: its rows never go to the sink, even when source.tables matches it.
-        self._own_tables = (
-            {config.notification_table_id} if "table" in config.notifications.channels else set()
-        )
+        self._own_tables = config.own_tables
         self.state = store.load()
         self.state.prune_history()  # a state file from before history was bounded
         self._outcome = RunOutcome()
@@ -249,6 +247,7 @@ class Engine:
             captured_text=repr(source.tables),
             signal_table=self._signal_table,
             default_schema=source.default_schema,
+            own_tables=self._own_tables,
         )
 
     # ---------------------------------------------------------------- running
