@@ -131,7 +131,7 @@ def plan_snapshot(
         matched = [t for t in known.matching(selector) if t not in own]
         inside = [t for t in matched if captured.selects(t)]
         if not matched:
-            plan.problems.append(f"pattern {selector} matches no table")
+            plan.problems.append(f"pattern {selector} matches no captured table, nor any other")
         elif not inside:
             plan.skipped.append(selector)
         for table in inside:

@@ -5,17 +5,22 @@ and always goes. The publication, the signal table and the notification table go
 ``init`` recorded creating them in this database (``app.created``): an adopted one (a
 Debezium connector's, another pipeline's, an administrator's) stays. A signal table another
 publication still carries stays too: another pipeline reads its signals from it. Each table
-kept is said with the reason and what to run instead.
+kept is said with the reason and what to run instead. On MySQL and MariaDB, whose binlog
+has no publications, signals in the table that name tables this pipeline does not capture
+are the trace of another pipeline reading it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
 
-from signals.names import TableId
+from signals import ExecuteSnapshot, StopSnapshot, parse_signal
+from signals.names import TableId, parse_table_selector
+from signals.plan import Selectors, listed
 from signals.table import signal_table
 from snapshotter.app import created
 from snapshotter.app.own_tables import NOTIFICATION, SIGNAL, layout_refusal
@@ -77,6 +82,14 @@ def _why_keep(
                 "teardown of those, or drop it yourself once nothing reads it: " + drop
             )
     if kind == SIGNAL:
+        foreign = others_signals(config, connector.signal_rows(engine))
+        if foreign:
+            return (
+                f"it holds signals for tables this pipeline does not capture "
+                f"({listed(foreign)}): another pipeline reads signals from it; drop it "
+                "yourself once nothing does: " + drop
+            )
+    if kind == SIGNAL:
         expected = signal_table(table)
     else:
         from snapshotter.app.notifications import notification_table
@@ -85,6 +98,25 @@ def _why_keep(
     if layout_refusal(engine, expected, kind, kind) is not None:
         return "its columns are no longer the ones init created (a table of the same name?)"
     return None
+
+
+def others_signals(config: Config, rows: Iterable[tuple[Any, Any, Any]]) -> list[TableId]:
+    """The tables that signal rows (execute-snapshot, stop-snapshot) name and this pipeline
+    does not capture: another pipeline shares the signal table (on MySQL and MariaDB the
+    only trace of it, since the binlog has no publications)."""
+    source = config.source
+    captured = Selectors(map(parse_table_selector, source.tables), source.default_schema)
+    found: dict[TableId, None] = {}
+    for row_id, row_type, data in rows:
+        signal = parse_signal(row_id, row_type, data)
+        if not isinstance(signal, ExecuteSnapshot | StopSnapshot):
+            continue
+        for selector in signal.data_collections:
+            if isinstance(selector, TableId):
+                table = selector.with_default_schema(source.default_schema)
+                if not captured.selects(table) and table not in found:
+                    found[table] = None
+    return list(found)
 
 
 def _quoted(engine: Any, table: TableId) -> str:

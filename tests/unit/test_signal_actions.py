@@ -149,7 +149,7 @@ def test_execute_snapshot_of_nothing_known_is_a_problem(setup: Setup) -> None:
     actions.dispatch(ExecuteSnapshot("e3", (parse_table_selector("s.nothing_*"),)), AT)
     assert state.snapshots == []
     assert [(i, k) for i, k, _ in engine.problems] == [("e3", "execute-snapshot")]
-    assert "matches no table" in engine.problems[0][2]
+    assert "matches no captured table, nor any other" in engine.problems[0][2]
     assert not outcome.touched("e3")
 
 

@@ -147,7 +147,9 @@ def test_a_pattern_selects_only_captured_tables():
     # table at all is a problem.
     assert [str(p) for p in result.skipped] == [r".*\.t", r"secret\..*"]
     assert result.problems == []
-    assert plan(execute("nothing_here.*")).problems == ["pattern nothing_here.* matches no table"]
+    assert plan(execute("nothing_here.*")).problems == [
+        "pattern nothing_here.* matches no captured table, nor any other"
+    ]
 
 
 def test_patterns_never_select_the_engines_own_tables():
@@ -155,7 +157,7 @@ def test_patterns_never_select_the_engines_own_tables():
     result = plan(execute("public.*"), own=own)
     assert [t for t, _ in result.queue] == [TableId("public", "orders")]
     assert plan(execute(r"public\.(items|debezium_signal)"), own=own).problems == [
-        r"pattern public\.(items|debezium_signal) matches no table"
+        r"pattern public\.(items|debezium_signal) matches no captured table, nor any other"
     ]
 
 
