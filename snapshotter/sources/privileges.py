@@ -55,8 +55,8 @@ def needs_of(
         Need(
             signal_table,
             SIGNAL_TABLE_PRIVILEGES,
-            "signals and the snapshot's watermark rows are written there (a watermark row "
-            "is an upsert: INSERT, UPDATE, SELECT; DELETE removes them afterwards)",
+            "signals and snapshot watermark rows are written there: a watermark row is an "
+            "upsert, which needs INSERT, UPDATE and SELECT, and DELETE removes them later",
         )
     )
     if notification_table is not None:

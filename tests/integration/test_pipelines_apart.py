@@ -17,15 +17,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
-import os
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from snapshotter.app.cli import main as cli_main
 from snapshotter.sources.setup_common import SetupError
 from tests.integration.engine_harness import Capture
 
