@@ -77,19 +77,19 @@ def check_at_start(config: Config, state: EngineState) -> None:
             raise SetupError(refusal[0])
         tables = watched_tables(config, state)
         problems = connector.log_coverage_problems(engine, tables)
-        if problems and isinstance(connector, PublishedLog):
-            # Raises SetupError with the problems when it may not repair them.
-            for statement in connector.repair_log_coverage(engine, tables):
-                log.warning(
-                    "the log lacked what this pipeline needs (%s); repaired: %s. Signals and "
-                    "changes written while it was missing are not in the log: send those "
-                    "signals again, and snapshot those tables again if their changes matter",
-                    "; ".join(problems),
-                    statement,
-                )
-            problems = connector.log_coverage_problems(engine, tables)
-        if problems:
+        if not problems:
+            return
+        if not isinstance(connector, PublishedLog):
             raise SetupError("; ".join(problems))
+        # Raises SetupError with the problems when it may not repair them.
+        for statement in connector.repair_log_coverage(engine, tables):
+            log.warning(
+                "the log lacked what this pipeline needs (%s); repaired: %s. Signals and "
+                "changes written while it was missing are not in the log: send those signals "
+                "again, and snapshot those tables again if their changes matter",
+                "; ".join(problems),
+                statement,
+            )
     except connector.errors as exc:
         log.warning("could not check what the log carries: %s", error_reason(exc))
     finally:

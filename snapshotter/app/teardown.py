@@ -66,7 +66,11 @@ def plan_teardown(config: Config, engine: Any) -> TeardownPlan:
 def _why_keep(
     config: Config, engine: Any, connector: Connector, kind: str, table: TableId
 ) -> str | None:
-    """Why teardown must not drop ``table``; None when it may."""
+    """Why teardown must not drop ``table``; None when it may (or it is gone already)."""
+    if isinstance(engine, sa.Engine):
+        with engine.connect() as conn:
+            if not sa.inspect(conn).has_table(table.table, schema=table.schema):
+                return None  # "already gone": nothing of anyone's to keep
     drop = f"DROP TABLE {_quoted(engine, table)};"
     if not created.was_created(config, kind, str(table)):
         return (

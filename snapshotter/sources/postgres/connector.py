@@ -167,7 +167,9 @@ class PostgresConnector(SqlConnector):
                 conn, source.publication, source.signal_table_id, tables
             )
             lines = gaps.lines(source.signal_table_id)
-            if not lines:
+            if not lines or not gaps.exists:
+                # Without the publication the log reader cannot start at all, and says so
+                # itself (after what the role lacks, REPLICATION first): nothing to repair.
                 return []
             if not gaps.repairable:
                 if gaps.exists and not gaps.owned and gaps.missing:
