@@ -99,7 +99,8 @@ class SourceConfig(_Section):
     # Defaults to the database name in the URL.
     name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.\-]+$")
     # Tables the engine captures and may snapshot: names or patterns (``public.*``,
-    # ``/public\.orders_\d+/``). A signal naming a table outside them is refused.
+    # ``/public\.orders_\d+/``). A signal's tables outside them are another pipeline's:
+    # skipped with a note (docs/signals.md: Several pipelines).
     tables: list[str] = Field(default_factory=list)
     signal_table: str = "debezium_signal"
     chunk_size: int = Field(default=32768, ge=1, le=1_000_000)
@@ -505,7 +506,8 @@ class NotificationsConfig(_Section):
     # own notification topic / file / table). Empty: off, as in Debezium.
     channels: list[Literal["log", "table", "sink"]] = Field(default_factory=list)
     # The table channel's table, in the source database (schema-qualified or in the
-    # source's default schema, as signal_table). The engine never streams its changes.
+    # source's default schema, as signal_table). The engine never streams its changes; it
+    # must be a table of its own (a captured table named here is refused).
     table: str = "debezium_notification"
     # The sink channel's Kafka topic (Debezium's notification.sink.topic.name). Unset:
     # "<source name>.notifications".
