@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from snapshotter.app.coverage import refuse_uncovered
+from snapshotter.app.coverage import CoverageProbe
+from snapshotter.app.log_coverage import check_before_streaming as check_log_coverage
 from snapshotter.app.shutdown import StopFlag, ThreadFailures
 from snapshotter.app.stream_position import check_before_streaming
 from snapshotter.config import Config
@@ -42,9 +43,12 @@ def build_engine(
     # invalidated, or created again; a binlog file purged) is an error that says what to
     # do, never a silent start elsewhere (PostgreSQL would start a slot at its own position).
     check_before_streaming(config, dialect, state_path(config))
-    # Nor a run whose log lacks the signal table or a captured table (app.coverage); the
-    # engine asks the same again while it runs (engine.watchdog).
-    coverage = refuse_uncovered(config, dialect)
+    # And the log must carry the signal table and what the output holds changes of (a
+    # signal table dropped and created again leaves a publication): repaired where it may
+    # be, else refused with the fix, never a run whose signals or changes vanish
+    # (app.log_coverage); the engine asks the same again while it runs (engine.watchdog).
+    check_log_coverage(config, dialect, state_path(config))
+    coverage = CoverageProbe(config, state_path(config))
     try:
         engine = Engine(
             config=config,

@@ -135,9 +135,7 @@ class Engine:
         self._signal_table = source.signal_table_id
         # The notification table ([notifications] channels "table") is the engine's own
         # output: its rows never go to the sink, even when source.tables matches it.
-        self._own_tables = (
-            {config.notification_table_id} if "table" in config.notifications.channels else set()
-        )
+        self._own_tables = config.own_tables
         # A stop reads on to the end of the transaction for at most this long: a share of
         # the time the whole stop may take ([state] shutdown_timeout_s).
         self._finish_s = min(FINISH_TRANSACTION_S, config.state.shutdown_timeout_s / 3)
@@ -257,6 +255,7 @@ class Engine:
             captured_text=repr(source.tables),
             signal_table=self._signal_table,
             default_schema=source.default_schema,
+            own_tables=self._own_tables,
         )
 
     # ---------------------------------------------------------------- running
