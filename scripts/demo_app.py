@@ -1,9 +1,15 @@
 """The demo's "application": creates the orders table and keeps writing to it.
 
-    python scripts/demo_app.py setup [--rows N]     # (re)create public.orders with N rows
+    python scripts/demo_app.py setup [--rows N]     # a database of its own, with N orders
     python scripts/demo_app.py write --seconds S     # random inserts, updates, deletes and
                                                      # primary-key changes for S seconds
-The URL comes from $SNAPSHOTTER_PG_URL.
+The server comes from $SNAPSHOTTER_PG_URL, which may be a server of your own: `setup` never
+touches a table it did not make. It works in a database of its own ($DEMO_DATABASE,
+snapshotter_demo by default), created here and marked as the demo's (a comment on it); it
+drops and creates that database again on each run, and refuses to touch a database of that
+name the demo did not make, or a replication slot of the demo's name in another database.
+It prints the demo database's URL as its last line; `write` runs against the URL it is given
+in $SNAPSHOTTER_PG_URL (scripts/demo passes the demo database's).
 """
 
 from __future__ import annotations
@@ -11,20 +17,57 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import sys
 import time
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import psycopg
+import psycopg.conninfo
+from psycopg import sql
 
 REGIONS = ("apac", "eu", "us")
 
 
-def setup(conn: psycopg.Connection, rows: int, slot: str, publication: str) -> None:
-    conn.execute(
-        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
-        (slot,),
-    )
-    conn.execute(f'DROP PUBLICATION IF EXISTS "{publication}"')
-    conn.execute("DROP TABLE IF EXISTS public.orders, public.debezium_signal")
+MARK = "made by snapshotter's scripts/demo: dropped and created again by each demo run"
+
+
+def _refuse(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def demo_database(conn: psycopg.Connection, name: str, slot: str) -> None:
+    """Drop the demo's database and slot of an earlier run (only those it made), and create
+    the database again, marked as the demo's."""
+    row = conn.execute(
+        "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = %s",
+        (name,),
+    ).fetchone()
+    if row is not None and row[0] != MARK:
+        _refuse(
+            f"database {name} exists and was not made by scripts/demo, which drops and "
+            "creates its database again on each run: set DEMO_DATABASE to a name that is "
+            "free (nothing was changed)"
+        )
+    found = conn.execute(
+        "SELECT database FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+    ).fetchone()
+    if found is not None and found[0] != name:
+        _refuse(
+            f"replication slot {slot} exists in database {found[0]}, not the demo's: it is "
+            "another pipeline's; nothing was changed"
+        )
+    if found is not None:
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    database = sql.Identifier(name)
+    if row is not None:
+        conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(database))
+    conn.execute(sql.SQL("CREATE DATABASE {}").format(database))
+    conn.execute(sql.SQL("COMMENT ON DATABASE {} IS {}").format(database, sql.Literal(MARK)))
+
+
+def setup(conn: psycopg.Connection, rows: int) -> None:
+    """The orders table in the demo's own (new, empty) database."""
     conn.execute(
         """create table public.orders (
              region text not null, id bigint not null, amount numeric(12, 2) not null,
@@ -40,7 +83,7 @@ def setup(conn: psycopg.Connection, rows: int, slot: str, publication: str) -> N
         (rows,),
     )
     conn.execute("analyze public.orders")
-    print(f"public.orders: {rows} rows (composite key: region, id)")
+    print(f"public.orders: {rows} rows (composite key: region, id)", file=sys.stderr)
 
 
 def write(conn: psycopg.Connection, seconds: float) -> None:
@@ -88,15 +131,31 @@ def main() -> None:
     s = sub.add_parser("setup")
     s.add_argument("--rows", type=int, default=100_000)
     s.add_argument("--slot", default="demo")
-    s.add_argument("--publication", default="demo")
+    s.add_argument("--publication", default="demo")  # in the demo's database: made there
     w = sub.add_parser("write")
     w.add_argument("--seconds", type=float, default=20)
     args = parser.parse_args()
-    with psycopg.connect(os.environ["SNAPSHOTTER_PG_URL"], autocommit=True) as conn:
-        if args.command == "setup":
-            setup(conn, args.rows, args.slot, args.publication)
-        else:
+    url = os.environ["SNAPSHOTTER_PG_URL"]
+    if args.command == "write":
+        with psycopg.connect(url, autocommit=True) as conn:
             write(conn, args.seconds)
+        return
+    name = os.environ.get("DEMO_DATABASE") or "snapshotter_demo"
+    with psycopg.connect(url, autocommit=True) as conn:
+        demo_database(conn, name, args.slot)
+    demo_url = psycopg.conninfo.make_conninfo(url, dbname=name)
+    with psycopg.connect(demo_url, autocommit=True) as conn:
+        setup(conn, args.rows)
+    info = psycopg.conninfo.conninfo_to_dict(demo_url)
+    where = f"{info.get('host', 'localhost')}:{info.get('port', 5432)}"
+    print(f"database {name} on {where}: the demo's own", file=sys.stderr)
+    print(_as_url(url, name))
+
+
+def _as_url(url: str, database: str) -> str:
+    """``url`` (a postgresql:// URL, as snapshotter's config takes) naming ``database``."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + quote(database)))
 
 
 if __name__ == "__main__":

@@ -9,13 +9,19 @@ RE2 match per (pattern, candidate table), so a big signal costs time linear in i
 
 Rules:
 
-* An exact name (the default schema applied) is queued, or refused with the reason, which
-  the engine records as that table's failed snapshot: the signal table itself, a table
-  outside ``source.tables``, a name the catalog lacks (a view, a partition, ... said so), a
-  table with an unfinished snapshot (a signal problem: that snapshot is not disturbed).
+* Several pipelines may read one signal table (Debezium's default ``debezium_signal``): as a
+  Debezium connector skips the tables it does not capture, a pipeline *skips* the tables of
+  a signal that ``source.tables`` does not select but that exist (another pipeline's): no
+  failed snapshot, no signal problem, one note in the log.
+* An exact name (the default schema applied) is queued, skipped, or refused with the reason,
+  which the engine records as that table's failed snapshot: the signal table itself, the
+  engine's own tables (the notification table: its output), a captured name the catalog
+  lacks (a view, a partition, ... said so), a name that exists nowhere; a table with an
+  unfinished snapshot is a signal problem (that snapshot is not disturbed).
 * A pattern selects the tables of the listing it matches that ``source.tables`` captures, as
-  Debezium matches ``data-collections`` against its captured tables; one that matches none
-  is a signal problem, naming the uncaptured tables it did match, if any.
+  Debezium matches ``data-collections`` against its captured tables (never the signal table
+  or the engine's own tables); one that matches only tables of others is skipped, one that
+  matches no table at all is a signal problem.
 * A table selected twice (by a name and a pattern, or two patterns) is queued once; its
   filter is that of the first ``additional-conditions`` entry that selects it.
 * A signal that would queue more than ``MAX_TABLES_PER_SIGNAL`` tables, or raise the number
@@ -43,6 +49,9 @@ class SnapshotPlan:
     refused: list[tuple[TableId, str]] = field(default_factory=list)  # table, reason
     problems: list[str] = field(default_factory=list)  # about the signal, not one table
     error: str | None = None  # the whole signal is refused: nothing queued, nothing refused
+    # Names and patterns that select only tables this pipeline does not capture (another
+    # pipeline's): left alone, as Debezium leaves them.
+    skipped: list[TableSelector] = field(default_factory=list)
 
 
 def with_default_schema(selector: TableSelector, schema: str) -> TableSelector:
@@ -100,14 +109,16 @@ def plan_snapshot(
     *,
     known: TableSet,
     captured: Selectors,
-    captured_text: str,
     signal_table: TableId,
     default_schema: str,
     unfinished: Mapping[TableId, str],
     describe_missing: DescribeMissing,
+    own_tables: Mapping[TableId, str] | None = None,
 ) -> SnapshotPlan:
     """The plan for ``signal``. ``unfinished``: table -> a description of its unfinished
-    snapshot; ``captured_text``: how to show ``source.tables`` in a message."""
+    snapshot; ``own_tables``: the engine's own tables besides the signal table (the
+    notification table) -> what it is, never a snapshot target."""
+    own = {signal_table: "the signal table", **(own_tables or {})}
     plan = SnapshotPlan()
     chosen: dict[TableId, None] = {}  # in the signal's order, each table once
     names: list[TableId] = []
@@ -117,11 +128,12 @@ def plan_snapshot(
             names.append(selector)
             chosen.setdefault(selector)
             continue
-        matched = [t for t in known.matching(selector) if t != signal_table]
+        matched = [t for t in known.matching(selector) if t not in own]
         inside = [t for t in matched if captured.selects(t)]
-        if not inside:
-            outside = f" (it matches {listed(matched)}, outside source.tables)" if matched else ""
-            plan.problems.append(f"pattern {selector} matches no captured table{outside}")
+        if not matched:
+            plan.problems.append(f"pattern {selector} matches no captured table, nor any other")
+        elif not inside:
+            plan.skipped.append(selector)
         for table in inside:
             chosen.setdefault(table)
         if len(chosen) > MAX_TABLES_PER_SIGNAL:
@@ -132,12 +144,16 @@ def plan_snapshot(
             f"snapshot at most {MAX_TABLES_PER_SIGNAL}: split it into several signals"
         )
         plan.problems.clear()
+        plan.skipped.clear()
         return plan
-    missing = [t for t in dict.fromkeys(names) if t not in known and t != signal_table]
+    missing = [t for t in dict.fromkeys(names) if t not in known and t not in own]
     kinds = describe_missing(missing) if missing else {}
     filter_of = _filters(signal.additional_conditions, default_schema)
     for table in chosen:
-        reason = _refusal(table, known, captured, captured_text, signal_table, kinds)
+        if table not in own and not captured.selects(table) and (table in known or table in kinds):
+            plan.skipped.append(table)  # it exists: another pipeline's table
+            continue
+        reason = _refusal(table, known, own, kinds)
         if reason is not None:
             plan.refused.append((table, reason))
         elif table in unfinished:
@@ -157,19 +173,12 @@ def plan_snapshot(
 
 
 def _refusal(
-    table: TableId,
-    known: TableSet,
-    captured: Selectors,
-    captured_text: str,
-    signal_table: TableId,
-    kinds: Mapping[TableId, str],
+    table: TableId, known: TableSet, own: Mapping[TableId, str], kinds: Mapping[TableId, str]
 ) -> str | None:
-    if table == signal_table:
-        return "the signal table itself cannot be snapshotted"
-    if not captured.selects(table):
+    if table in own:
         return (
-            f"table {table} is not captured: add it (or a pattern matching it) to `tables` in "
-            f"the [source] section of the config (source.tables = {captured_text})"
+            f"{table} is {own[table]}, the engine's own table: it is never snapshotted "
+            "(nor captured)"
         )
     if table not in known:
         what = kinds.get(table)
@@ -177,3 +186,11 @@ def _refusal(
             return f"{table} {what}"
         return f"table {table} does not exist (or the user cannot see it)"
     return None
+
+
+def not_captured(table: TableId, captured_text: str) -> str:
+    """Why this pipeline does not snapshot ``table``, with the fix."""
+    return (
+        f"table {table} is not captured: add it (or a pattern matching it) to `tables` in "
+        f"the [source] section of the config (source.tables = {captured_text})"
+    )

@@ -104,7 +104,8 @@ class SourceConfig(_Section):
     # Defaults to the database name in the URL.
     name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.\-]+$")
     # Tables the engine captures and may snapshot: names or patterns (``public.*``,
-    # ``/public\.orders_\d+/``). A signal naming a table outside them is refused.
+    # ``/public\.orders_\d+/``). A signal's tables outside them are another pipeline's:
+    # skipped with a note (docs/signals.md: Several pipelines).
     tables: list[str] = Field(default_factory=list)
     signal_table: str = "debezium_signal"
     chunk_size: int = Field(default=32768, ge=1, le=1_000_000)
@@ -464,6 +465,11 @@ class SparkConfig(_Section):
     # Extra Spark configuration, e.g. {"spark.driver.memory" = "4g"}. Through Spark Connect
     # only settings a running session takes (spark.sql.*).
     conf: dict[str, str] = Field(default_factory=dict)
+    # The longest starting Spark may take: the master or Connect server answering, the
+    # session, and a first task run on an executor (a cluster whose cores other
+    # applications hold runs none). Past it the engine (or verify) stops with the address
+    # and the fix.
+    start_timeout_s: float = Field(default=120.0, gt=0, le=3600, allow_inf_nan=False)
 
     @field_validator("master")
     @classmethod
@@ -514,6 +520,11 @@ class StateConfig(_Section):
     # (Debezium's offset.flush.interval.ms): after a crash, at most about this much output
     # is sent again.
     checkpoint_interval_ms: int = Field(default=1000, ge=10, le=600_000)
+    # How long a stop (SIGTERM, SIGINT, or a failure) may take, from the request to the
+    # process's exit: the last transaction, the final checkpoint, the sink's close. Past it
+    # the process exits anyway; what was acknowledged is saved, the rest is done again by
+    # the next run. A second SIGTERM/SIGINT exits at once.
+    shutdown_timeout_s: float = Field(default=60.0, gt=0, le=86_400, allow_inf_nan=False)
 
 
 class MetricsConfig(_Section):
@@ -533,7 +544,8 @@ class NotificationsConfig(_Section):
     # own notification topic / file / table). Empty: off, as in Debezium.
     channels: list[Literal["log", "table", "sink"]] = Field(default_factory=list)
     # The table channel's table, in the source database (schema-qualified or in the
-    # source's default schema, as signal_table). The engine never streams its changes.
+    # source's default schema, as signal_table). The engine never streams its changes; it
+    # must be a table of its own (a captured table named here is refused).
     table: str = "debezium_notification"
     # The sink channel's Kafka topic (Debezium's notification.sink.topic.name). Unset:
     # "<source name>.notifications".
@@ -567,6 +579,15 @@ class Config(_Section):
         )
 
     @property
+    def own_tables(self) -> dict[TableId, str]:
+        """The engine's own tables in the source besides the signal table, with what each
+        is: the notification table, with the "table" channel. Never captured, never
+        snapshotted."""
+        if "table" not in self.notifications.channels:
+            return {}
+        return {self.notification_table_id: "the notification table ([notifications] table)"}
+
+    @property
     def staging_dir(self) -> Path:
         if self.sink.staging_path is not None:
             return self.sink.staging_path
@@ -576,14 +597,25 @@ class Config(_Section):
 
     @model_validator(mode="after")
     def _notification_table_of_its_own(self) -> Config:
-        if (
-            "table" in self.notifications.channels
-            and self.notification_table_id == self.source.signal_table_id
-        ):
+        if "table" not in self.notifications.channels:
+            return self
+        table = self.notification_table_id
+        if table == self.source.signal_table_id:
             raise ValueError(
                 f"notifications.table {self.notifications.table!r} is the signal table; name "
                 'another, e.g. table = "debezium_notification"'
             )
+        schema = self.source.default_schema
+        for item in self.source.tables:
+            selector = parse_table_selector(item)
+            if isinstance(selector, TableId) and selector.with_default_schema(schema) == table:
+                # Its changes would be dropped from the output (the engine's own rows), and
+                # notifications written into a table of the application.
+                raise ValueError(
+                    f"notifications.table {self.notifications.table!r} is a captured table "
+                    f"(source.tables names {item!r}): the notification table is the engine's "
+                    'own; name another, e.g. table = "debezium_notification"'
+                )
         return self
 
     @model_validator(mode="after")

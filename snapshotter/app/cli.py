@@ -13,14 +13,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from signals import ExecuteSnapshot, Signal, SignalError, SignalType, Watermark, parse_signal
 from signals.display import printable
-from signals.names import parse_table_selector
+from signals.names import TableId, parse_table_selector
 from signals.table import new_signal_id
 from snapshotter import __version__
 from snapshotter.common.errors import explain
@@ -87,7 +86,10 @@ def cmd_init(args: argparse.Namespace) -> int:
     """Signal table, prerequisites, then what the source's log reader needs (the connector's
     ``create_capture``: PostgreSQL's publication, then slot); where the log keeps no position
     of ours (MySQL), the position the first run streams from, saved in the state (so signals
-    sent between ``init`` and ``run`` are not missed)."""
+    sent between ``init`` and ``run`` are not missed). What it creates is recorded
+    (``app.created``): teardown drops only that."""
+    from snapshotter.app import created
+    from snapshotter.app.own_tables import prepare_tables, privilege_problems
     from snapshotter.sources.base import TableError
     from snapshotter.sources.setup_common import SetupError
 
@@ -95,8 +97,12 @@ def cmd_init(args: argparse.Namespace) -> int:
     source = config.source
     connector = connector_for(source)
     engine = _connect(config)
-    refused = _create_signal_table(engine, config, connector)
-    refused += _create_notification_table(engine, config)
+    try:
+        own = prepare_tables(engine, config, connector)
+    except created.RecordError as exc:
+        raise CliError(str(exc)) from None
+    for line in own.lines:
+        out.print(escape(line))
     try:
         setup = connector.check_setup(engine)
     except TableError as exc:
@@ -104,17 +110,21 @@ def cmd_init(args: argparse.Namespace) -> int:
     if "table" in config.notifications.channels:
         # The engine's own output: never captured (no publication membership), even when
         # a source.tables pattern matches it.
-        own = config.notification_table_id
-        setup = replace(setup, tables=[t for t in setup.tables if t != own])
+        own_table = config.notification_table_id
+        setup = replace(setup, tables=[t for t in setup.tables if t != own_table])
     if not source.tables:
         err.print("[yellow]warning:[/yellow] source.tables is empty: no table can be snapshotted")
     out.print(escape(f"captured tables: {', '.join(map(str, setup.tables)) or '(none yet)'}"))
-    _print_problems(refused + setup.problems)
+    _print_problems(
+        own.problems + setup.problems + privilege_problems(engine, config, setup.tables)
+    )
     try:
         capture = connector.create_capture(engine, setup.tables)
+        for kind, name in capture.created:
+            created.remember(config, kind, name)
     except TableError as exc:
         raise CliError(f"source.tables: {exc}", code=2) from None
-    except SetupError as exc:
+    except (SetupError, created.RecordError) as exc:
         raise CliError(str(exc)) from None
     for warning in capture.warnings:
         err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
@@ -153,59 +163,6 @@ def _save_start(config: Config, connector: Connector, start: dict[str, Any]) -> 
         raise CliError(str(exc)) from None
     out.print(escape(f"stream position: {saved_position_text(start)} (saved in the state)"))
     return False
-
-
-def _create_signal_table(engine: Any, config: Config, connector: Connector) -> list[Any]:
-    """Create the signal table (unless it exists). A privilege the user lacks is a problem
-    printed with the prerequisites, so one `init` names everything to fix."""
-    from snapshotter.common.errors import is_privilege_error, source_reason
-    from snapshotter.sources.setup_common import Problem
-
-    table = config.source.signal_table_id
-    try:
-        created = connector.create_signal_table(engine)
-    except connector.errors as exc:
-        if not is_privilege_error(exc):
-            raise
-        grant = connector.signal_table_grant(connector.handle_user(engine))
-        return [
-            Problem(
-                what=f"cannot create the signal table {table}: {source_reason(exc)}",
-                fix=f"{grant}; or have its owner create it (run `snapshotter init` as a user "
-                "that may), then run init again",
-            )
-        ]
-    out.print(escape(f"signal table {table}: {'created' if created else 'already there'}"))
-    return []
-
-
-def _create_notification_table(engine: Any, config: Config) -> list[Any]:
-    """With the "table" notification channel, create its table (unless it exists); a
-    privilege the user lacks is a problem, as for the signal table."""
-    from snapshotter.app.notifications import create_notification_table
-    from snapshotter.common.errors import is_privilege_error, source_reason
-    from snapshotter.sources.setup_common import Problem
-
-    if "table" not in config.notifications.channels:
-        return []
-    table = config.notification_table_id
-    try:
-        with engine.begin() as conn:
-            created = create_notification_table(conn, table)
-    except sa.exc.DBAPIError as exc:
-        if not is_privilege_error(exc):
-            raise
-        user = engine.url.username or "the configured user"
-        return [
-            Problem(
-                what=f"cannot create the notification table {table}: {source_reason(exc)}",
-                fix=f"let {user} create tables in {table.schema} (and insert into them); or "
-                'have its owner create it, or take "table" out of '
-                "[notifications] channels, then run init again",
-            )
-        ]
-    out.print(escape(f"notification table {table}: {'created' if created else 'already there'}"))
-    return []
 
 
 def _warn_if_position_lost(config: Config, config_path: str) -> None:
@@ -332,39 +289,38 @@ def _print_reset_plan(path: Path, plan: ResetPlan) -> None:
 
 
 def cmd_teardown(args: argparse.Namespace) -> int:
-    """Drop what init created (slot, publication, signal table); refuses an active slot and
-    a state directory an engine holds."""
+    """Drop what init created (slot; publication, signal and notification tables when init
+    recorded creating them, and no other publication carries the signal table); refuses an
+    active slot and a state directory an engine holds."""
     import contextlib
 
-    from snapshotter.app import stream_position as sp
+    from snapshotter.app import created
+    from snapshotter.app.teardown import plan_teardown, teardown
     from snapshotter.engine.state_store import StateLockedError, state_path
     from snapshotter.sources.setup_common import SetupError
 
     config = _config(args)
-    source = config.source
-    connector = connector_for(source)
+    connector = connector_for(config.source)
     engine = _connect(config)
     path = state_path(config)
-    objects = [*connector.capture_objects(), f"signal table {source.signal_table_id}"]
-    if "table" in config.notifications.channels:
-        objects.append(f"notification table {config.notification_table_id}")
     url = mask_url(config.source.url)
     # No state directory, no engine that could be using it: nothing to lock (or create).
     lock: Any = StateStore(path) if config.state.dir.exists() else contextlib.nullcontext()
     try:
         with lock:
             connector.refuse_drop(engine)
-            out.print(escape(f"teardown drops {', '.join(objects)} at {url}"))
-            out.print(
-                "other captures or Debezium connectors that share the publication or the "
-                "signal table stop working when they are dropped"
-            )
+            plan = plan_teardown(config, engine)
+            out.print(escape(f"teardown drops {', '.join(plan.drop) or 'nothing'} at {url}"))
+            for line in plan.keep:
+                out.print(escape(line))
             _confirm(args, "Drop them?")
-            lines = sp.teardown(config, engine)
+            lines = teardown(config, engine, plan)
     except StateLockedError as exc:
         raise CliError(str(exc)) from None  # "in use by another snapshotter process"
     except SetupError as exc:
         raise CliError(f"{exc}; nothing was dropped") from None
+    except created.RecordError as exc:
+        raise CliError(str(exc)) from None
     except connector.errors as exc:
         raise CliError(f"teardown: {explain(exc, config.source.url).text}") from None
     for line in lines:
@@ -429,22 +385,51 @@ def cmd_signal(args: argparse.Namespace) -> int:
     if isinstance(parsed, ExecuteSnapshot) and not args.no_check:
         _check_snapshot(config, parsed)
     connector = connector_for(config.source)
-    signal_id = connector.insert_signal(engine, parsed)
+    signal_id = _insert_signal(config, connector, engine, parsed)
     out.print(
         escape(
             f"{parsed.type.value} signal {signal_id} inserted into {config.source.signal_table_id}"
         )
     )
+    from snapshotter.app.log_coverage import signal_warnings
+
+    for warning in signal_warnings(config, engine):
+        err.print(
+            f"[yellow]warning:[/yellow] {escape(warning)} (the engine will not see this signal "
+            "unless the log carries it)"
+        )
     return 0
+
+
+def _insert_signal(config: Config, connector: Connector, engine: Any, signal: Signal) -> str:
+    """Insert the signal row; a privilege the user lacks is one line naming the GRANT."""
+    import sqlalchemy as sa
+
+    from snapshotter.common.errors import is_privilege_error
+
+    try:
+        return connector.insert_signal(engine, signal)
+    except connector.errors as exc:
+        if not isinstance(engine, sa.Engine) or not is_privilege_error(exc):
+            raise
+        from snapshotter.sources.privileges import grant_for
+
+        table = config.source.signal_table_id
+        grant = grant_for(engine, table, ("INSERT",))
+        raise CliError(
+            f"cannot insert into the signal table {table}: the source refused a privilege; "
+            f"run as an administrator: {grant}"
+        ) from None
 
 
 def _check_snapshot(config: Config, signal: ExecuteSnapshot) -> None:
     """Refuse at once what the engine would refuse (signals.plan, the engine's own rules):
-    a table outside source.tables, one that does not exist or is a view, a pattern that
-    matches no captured table, a signal too big. Whether a table is busy is left to the
-    engine (the state file may be behind it)."""
+    a table that does not exist or is a view, the signal or notification table, a pattern
+    that matches no table, a signal too big; and what this pipeline would skip (a table
+    outside source.tables: the config given is the pipeline the user means). Whether a
+    table is busy is left to the engine (the state file may be behind it)."""
     from signals.names import TableSet
-    from signals.plan import Selectors, plan_snapshot
+    from signals.plan import Selectors, not_captured, plan_snapshot
     from snapshotter.app.runner import open_dialect
 
     source = config.source
@@ -457,15 +442,21 @@ def _check_snapshot(config: Config, signal: ExecuteSnapshot) -> None:
             captured=Selectors(
                 (parse_table_selector(t) for t in source.tables), source.default_schema
             ),
-            captured_text=repr(source.tables),
             signal_table=source.signal_table_id,
             default_schema=source.default_schema,
             unfinished={},
             describe_missing=dialect.relation_kinds,
+            own_tables=config.own_tables,
         )
     finally:
         dialect.close()
-    reasons = [plan.error] if plan.error else [r for _, r in plan.refused] + plan.problems
+    outside = [
+        not_captured(item, repr(source.tables))
+        if isinstance(item, TableId)
+        else f"pattern {item} matches no captured table (only tables outside source.tables)"
+        for item in plan.skipped
+    ]
+    reasons = [plan.error] if plan.error else [r for _, r in plan.refused] + outside + plan.problems
     if not reasons:
         return
     more = f" (and {len(reasons) - 1} more problems)" if len(reasons) > 1 else ""
@@ -533,9 +524,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from snapshotter.sinks.jsonl import JsonlSinkError
     from snapshotter.sources.log import LogReaderError
     from snapshotter.sources.positions import StreamPositionLost
+    from snapshotter.sources.setup_common import SetupError
 
     stop = StopFlag()
-    stop.install()
+    stop.install(config.state.shutdown_timeout_s)  # a stop ends the process within this
     try:
         config = with_port(config, args.metrics_port)
         with (
@@ -555,6 +547,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise CliError(str(exc.for_config(args.config))) from None
     except LogCoverageError as exc:  # the log lacks a table: before streaming, or while
         raise CliError(exc.for_config(args.config)) from None
+    except SetupError as exc:  # what the log lacks, checked before the reader opened
+        raise CliError(f"not started: {exc}") from None
     except LogReaderError as exc:
         if isinstance(exc.__cause__, StreamPositionLost):  # lost while the engine ran
             tables = _tables_to_snapshot(config)
@@ -562,6 +556,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise CliError(explain(exc, config.source.url).text) from None
     except (StateError, ValueError, OSError, JsonlSinkError) as exc:
         raise CliError(explain(exc, config.source.url).text) from None
+    finally:
+        stop.uninstall()
     _print_summary(config)
     return code
 
@@ -681,7 +677,13 @@ def _status_report(config: Config, args: argparse.Namespace) -> dict[str, Any]:
         raise CliError(str(exc)) from None
     state = health.state  # as read for the position's health (stream_health says when)
     lag = _lag_bytes(config, state.stream.resume) if health.reachable else None
-    report = status_report(state, lag, health.warnings)
+    warnings = list(health.warnings)
+    if health.reachable:
+        from snapshotter.app.log_coverage import coverage_warnings
+        from snapshotter.sources.positions import name_config
+
+        warnings += [name_config(w, args.config) for w in coverage_warnings(config, state)]
+    report = status_report(state, lag, warnings)
     if config.sink.kind == "spark":
         report["landing"] = _landing_status(config, state.sink)
     if config.sink.kind == "kafka":
@@ -836,7 +838,7 @@ def _verify_landed(config: Config, names: Sequence[str], *, as_json: bool) -> in
     results: list[dict[str, Any]] = []
     err.print(escape(f"verifying against the landed state under {config.sink.path}"))
     try:
-        for outcome in verify_landed(config, names):
+        for outcome in verify_landed(config, names, say=lambda text: err.print(escape(text))):
             failed = failed or not outcome.ok
             if as_json:
                 results.append(outcome.to_json())

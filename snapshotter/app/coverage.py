@@ -3,9 +3,9 @@
 are missing). Each connector says what its log lacks (``Connector.log_coverage_problems``);
 this module asks it:
 
-* before ``run`` and ``resume`` stream (:func:`refuse_uncovered`, from
+* before ``run`` and ``resume`` stream (``app.log_coverage.check_before_streaming``, from
   ``runner.build_engine``): a run that would miss changes does not start, and the error
-  names the fix;
+  names the fix (a PostgreSQL publication of ours is repaired instead);
 * while the engine runs, through the :class:`CoverageProbe` it hands the engine
   (``engine.watchdog`` asks it every so often, off the streaming thread, and when a close
   watermark is overdue).
@@ -15,36 +15,29 @@ from __future__ import annotations
 
 import logging
 import threading
+from pathlib import Path
 from typing import Any
 
-from signals.names import TableId
+from snapshotter.app.log_coverage import tables_to_cover
 from snapshotter.config import Config
-from snapshotter.engine.watchdog import LogCoverageError, coverage_message
+from snapshotter.engine.state_store import StateStore
 from snapshotter.sources.base import Dialect
-from snapshotter.sources.connector import ConnectError, Connector, connector_for
-from snapshotter.sources.positions import error_reason
-from snapshotter.sources.setup_common import captured_by
+from snapshotter.sources.connector import Connector, connector_for
 
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 10
 
 
-def captured_now(config: Config, dialect: Dialect) -> list[TableId]:
-    """The tables ``source.tables`` selects in the source now (a configured name that does
-    not exist has no changes to miss), without the signal table."""
-    source = config.source
-    signal_table = source.signal_table_id
-    captured = captured_by(source.tables, source.default_schema, signal_table)
-    return [t for t in dialect.list_tables() if t != signal_table and captured(t)]
-
-
 class CoverageProbe:
     """Asks the connector what its log lacks, over connections of its own (opened at the
     first question, kept for the run): the engine asks from a thread of its own."""
 
-    def __init__(self, config: Config, connector: Connector | None = None) -> None:
+    def __init__(
+        self, config: Config, state_file: Path, connector: Connector | None = None
+    ) -> None:
         self._config = config
+        self._state_file = state_file  # the saved state: what the output holds
         self.connector = connector or connector_for(config.source)
         self._handle: Any = None
         self._dialect: Dialect | None = None
@@ -65,7 +58,8 @@ class CoverageProbe:
                 self._dialect = connector.open_dialect()
             if self._handle is None:
                 self._handle = connector.connect(timeout_s=CONNECT_TIMEOUT_S)
-            tables = captured_now(self._config, self._dialect)
+            state = StateStore(self._state_file).load()
+            tables = tables_to_cover(self._config, connector, self._dialect.list_tables, state)
             return connector.log_coverage_problems(self._handle, tables)
         finally:
             with self._lock:
@@ -86,25 +80,3 @@ class CoverageProbe:
         if self._dialect is not None:
             self._dialect.close()
             self._dialect = None
-
-
-def refuse_uncovered(config: Config, dialect: Dialect) -> CoverageProbe:
-    """Before the engine streams: LogCoverageError (closing ``dialect``, nothing else is open
-    yet) when the log lacks the signal table or a captured table, with the fix. Returns the
-    probe the engine asks while it runs. A source that cannot be asked now is left to the
-    log reader's own error, and to the engine's checks."""
-    probe = CoverageProbe(config)
-    connector = probe.connector
-    try:
-        problems = probe.problems()
-    except ConnectError as exc:
-        log.warning("could not check what the source's log carries: %s", exc)
-        return probe
-    except connector.errors as exc:
-        log.warning("could not check what the source's log carries: %s", error_reason(exc))
-        return probe
-    if problems:
-        probe.close()
-        dialect.close()
-        raise LogCoverageError(coverage_message(problems, None))
-    return probe

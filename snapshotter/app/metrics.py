@@ -359,6 +359,7 @@ class StreamLag:
         self._measured_at: float | None = None  # clock() of the last measurement's end
         self._asked_at: float | None = None  # clock() of the last start
         self._running = False
+        self._failing = False  # the last measurement failed (said once)
 
     def __call__(self) -> int | None:
         now = self._clock()
@@ -383,11 +384,25 @@ class StreamLag:
         self()
 
     def _refresh(self) -> None:
+        """One measurement, on a thread of its own. A side channel: a failure is logged once
+        (then at debug level until one succeeds again) and the metric is absent meanwhile;
+        the engine goes on."""
         try:
             value = self._measure()
         except Exception as exc:
-            log.debug("metrics: the log's end could not be read: %s", exc)
+            level = logging.DEBUG if self._failing else logging.WARNING
+            self._failing = True
+            log.log(
+                level,
+                "metrics: the log's end could not be read (%s); the lag metric is "
+                "absent until it can",
+                " ".join(str(exc).split()) or type(exc).__name__,
+            )
             value = None
+        else:
+            if self._failing:
+                log.info("metrics: the log's end is read again")
+            self._failing = False
         with self._lock:
             self._value = value
             self._measured_at = self._clock()

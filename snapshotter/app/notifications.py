@@ -44,11 +44,14 @@ notifications_log = logging.getLogger("snapshotter.notifications")
 TABLE_QUEUE_ROWS = 10_000
 CLOSE_WAIT_S = 5.0  # at close, how long the table channel may take to write what it holds
 RETRY_FIRST_S, RETRY_MAX_S = 1.0, 30.0  # after a failed insert, the rows are tried again
+INSERT_ROWS = 1_000  # rows per INSERT statement (5 parameters each: well inside 65,535)
 
 
 def notification_table(name: TableId, metadata: sa.MetaData | None = None) -> sa.Table:
     """The table channel's table: Debezium's record, one row each; ``seq`` orders them
-    (several may share a millisecond), ``additional_data`` is a JSON object as text."""
+    (several may share a millisecond), ``additional_data`` is a JSON object as text. ``seq``
+    is an identity column (AUTO_INCREMENT on MySQL): inserting needs INSERT only, where a
+    serial column's sequence would need USAGE too."""
     return sa.Table(
         name.table,
         metadata or sa.MetaData(),
@@ -56,8 +59,8 @@ def notification_table(name: TableId, metadata: sa.MetaData | None = None) -> sa
             "seq",
             # SQLite (unit tests) numbers rows itself only in an INTEGER primary key.
             sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            sa.Identity(),
             primary_key=True,
-            autoincrement=True,
         ),
         sa.Column("id", sa.String(255), nullable=False),
         sa.Column("aggregate_type", sa.String(64), nullable=False),
@@ -178,10 +181,9 @@ class TableChannel:
                 try:
                     if engine is None:
                         engine = self._connect()
-                    with engine.begin() as conn:
-                        conn.execute(sa.insert(table), [table_row(r) for r in pending])
+                    _insert(engine, table, pending)
                 except Exception as exc:
-                    self._failed(exc)
+                    self._failed(exc, engine)
                     if closing:  # a few more tries, within the time close waits
                         if deadline is None:
                             deadline = time.monotonic() + CLOSE_WAIT_S * 0.8
@@ -211,20 +213,48 @@ class TableChannel:
             if engine is not None:
                 engine.dispose()
 
-    def _failed(self, exc: Exception) -> None:
-        from snapshotter.common.errors import source_reason
+    def _failed(self, exc: Exception, engine: sa.Engine | None) -> None:
+        from snapshotter.common.errors import is_privilege_error, source_reason
 
         reason = source_reason(exc) if isinstance(exc, sa.exc.DBAPIError) else str(exc)
         reason = reason.strip().splitlines()[0] if reason.strip() else type(exc).__name__
         if reason == self._failing:
             return  # said once until it works again
         self._failing = reason
+        if engine is not None and is_privilege_error(exc):
+            from snapshotter.sources.privileges import grant_for
+
+            fix = f"run as an administrator: {grant_for(engine, self._table, ('INSERT',))}"
+        elif _missing_table(exc):
+            fix = "run `snapshotter init` to create it"
+        else:
+            fix = "check that the source answers and the table takes rows (they are tried again)"
         log.error(
-            "notifications: cannot write to table %s (%s); run `snapshotter init` to create "
-            'it, or take "table" out of [notifications] channels. The engine goes on',
+            'notifications: cannot write to table %s (%s); %s, or take "table" out of '
+            "[notifications] channels. The engine goes on",
             self._table,
             reason,
+            fix,
         )
+
+
+def _missing_table(exc: Exception) -> bool:
+    """Whether the source said the table does not exist (PostgreSQL 42P01, MySQL 1146)."""
+    orig = getattr(exc, "orig", None)
+    if getattr(orig, "sqlstate", None) == "42P01":
+        return True
+    args: tuple[Any, ...] = tuple(getattr(orig, "args", ()))
+    return bool(args) and args[0] == 1146
+
+
+def _insert(engine: sa.Engine, table: sa.Table, records: Sequence[Mapping[str, Any]]) -> None:
+    """One multi-row INSERT per ``INSERT_ROWS`` rows, in one transaction. Not executemany:
+    psycopg runs that in pipeline mode, and a failed insert (a missing table) then also
+    prints "error ignored terminating Pipeline" warnings to stderr."""
+    rows = [table_row(r) for r in records]
+    with engine.begin() as conn:
+        for start in range(0, len(rows), INSERT_ROWS):
+            conn.execute(sa.insert(table).values(rows[start : start + INSERT_ROWS]))
 
 
 class SinkChannel:

@@ -4,11 +4,11 @@ use it to run an engine in a thread with phase hooks."""
 
 from __future__ import annotations
 
-import signal
-import threading
 from collections.abc import Callable
 
-from snapshotter.app.coverage import refuse_uncovered
+from snapshotter.app.coverage import CoverageProbe
+from snapshotter.app.log_coverage import check_before_streaming as check_log_coverage
+from snapshotter.app.shutdown import StopFlag, ThreadFailures
 from snapshotter.app.stream_position import check_before_streaming
 from snapshotter.config import Config
 from snapshotter.core.state import EngineState
@@ -20,6 +20,8 @@ from snapshotter.sinks.base import Sink
 from snapshotter.sinks.factory import sink_for
 from snapshotter.sources.base import Dialect
 from snapshotter.sources.connector import connector_for
+
+__all__ = ["StopFlag", "ThreadFailedError", "build_engine", "open_dialect", "run_engine"]
 
 
 def build_engine(
@@ -41,9 +43,12 @@ def build_engine(
     # invalidated, or created again; a binlog file purged) is an error that says what to
     # do, never a silent start elsewhere (PostgreSQL would start a slot at its own position).
     check_before_streaming(config, dialect, state_path(config))
-    # Nor a run whose log lacks the signal table or a captured table (app.coverage); the
-    # engine asks the same again while it runs (engine.watchdog).
-    coverage = refuse_uncovered(config, dialect)
+    # And the log must carry the signal table and what the output holds changes of (a
+    # signal table dropped and created again leaves a publication): repaired where it may
+    # be, else refused with the fix, never a run whose signals or changes vanish
+    # (app.log_coverage); the engine asks the same again while it runs (engine.watchdog).
+    check_log_coverage(config, dialect, state_path(config))
+    coverage = CoverageProbe(config, state_path(config))
     try:
         engine = Engine(
             config=config,
@@ -70,21 +75,8 @@ def open_dialect(config: Config) -> Dialect:
     return connector_for(config.source).open_dialect()
 
 
-class StopFlag:
-    """Set by SIGINT/SIGTERM (or by a test); the engine checks it between reads."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-
-    def set(self) -> None:
-        self._event.set()
-
-    def __call__(self) -> bool:
-        return self._event.is_set()
-
-    def install(self) -> None:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, lambda *_: self._event.set())
+class ThreadFailedError(RuntimeError):
+    """A background thread of the engine died; the message names it and the error."""
 
 
 def run_engine(
@@ -99,9 +91,12 @@ def run_engine(
 ) -> int:
     """Lock the state directory, then stream; returns the engine's exit code.
     ``on_start``: called with the engine before it streams (observers that read its
-    counters, e.g. the metrics endpoint)."""
+    counters, e.g. the metrics endpoint). A background thread that dies stops the engine
+    (state saved), and ThreadFailedError says which and why."""
     from snapshotter.app.notifications import notifier_for, observe
 
+    if stop is None:
+        stop = StopFlag()
     config.state.dir.mkdir(parents=True, exist_ok=True)
     # Debezium's notifications ([notifications]): an observer of the states saved.
     notifier = notifier_for(config)
@@ -109,13 +104,24 @@ def run_engine(
     try:
         # Lock first, then load state: state read before another engine's last save would
         # restart the sink and the slot from different points.
-        with StateStore(state_path(config)) as store:
+        with StateStore(state_path(config)) as store, ThreadFailures(stop.set) as failures:
             engine, _ = build_engine(
                 config, hooks=hooks, sink=sink, on_progress=on_progress, store=store
             )
             if on_start is not None:
                 on_start(engine)
-            return engine.run(until_caught_up=until_caught_up, should_stop=stop)
+            code = engine.run(
+                until_caught_up=until_caught_up,
+                should_stop=stop,
+                on_error=lambda: stop.set("the engine failed"),
+            )
+            if failures.failure is not None:
+                raise ThreadFailedError(
+                    f"{failures.failure}; the engine stopped with its state saved (an "
+                    "unexpected error: please report it, with the log of `-v`); `snapshotter "
+                    "resume` goes on"
+                )
+            return code
     finally:
         if notifier is not None:
             notifier.close()

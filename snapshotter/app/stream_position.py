@@ -1,6 +1,6 @@
 """Whether the log position the saved state resumes from can still be read, and what to say
-and do when it cannot: ``run``'s check before the log reader opens, ``status``'s warnings,
-``reset-stream`` and ``teardown``.
+and do when it cannot: ``run``'s check before the log reader opens, ``status``'s warnings and
+``reset-stream``.
 
 A PostgreSQL slot can be dropped, invalidated, or dropped and created again, or moved on by
 another consumer; a binlog file can be purged. Either way the changes after the saved
@@ -31,7 +31,6 @@ from snapshotter.sources.positions import (
     LostPosition,
     StreamPositionLost,
     error_reason,
-    gone,
 )
 from snapshotter.sources.setup_common import resolve_tables
 
@@ -224,24 +223,3 @@ def plan_reset(config: Config, engine: Any, dialect: Dialect, state: EngineState
         tables=tables_to_snapshot(captured_tables(config, dialect), state),
         unfinished=[str(p.table) for p in state.snapshots if not p.status.finished],
     )
-
-
-# --- IO: teardown ----------------------------------------------------------------------------
-
-
-def teardown(config: Config, engine: Any) -> list[str]:
-    """Drop what ``init`` created: the source's capture objects (PostgreSQL's slot, never an
-    active one, and publication; none for MySQL and Spanner), then the signal table (and
-    the notification table, with the "table" notification channel). Idempotent: returns
-    one line per object, "dropped" or "already gone"."""
-    source = config.source
-    connector = connector_for(source)
-    lines = connector.drop_capture(engine)
-    dropped = connector.drop_signal_table(engine)
-    lines.append(f"signal table {source.signal_table_id}: {gone(dropped)}")
-    if "table" in config.notifications.channels:
-        from snapshotter.app.notifications import drop_notification_table
-
-        table = config.notification_table_id
-        lines.append(f"notification table {table}: {gone(drop_notification_table(engine, table))}")
-    return lines

@@ -1,4 +1,5 @@
-"""Fault injection: named points where the process kills itself (SIGKILL) on request.
+"""Fault injection: named points where the process kills itself (SIGKILL), or where the
+code raises, on request.
 
 The fault suite (tests/integration/test_faults.py) proves that a hard crash at any step of a
 snapshot loses nothing: it runs ``snapshotter run`` with, say,
@@ -27,6 +28,17 @@ Points (each named where it is placed, with the moment it stands for):
   old base not yet deleted (the old base is a stray).
 * ``spanner.partition_end``: a Spanner change-stream partition has ended (its children
   named, some of them waiting for other parents; records of several partitions buffered).
+* ``spark.lander``: the Spark sink's lander thread, between two landings (where a wait on an
+  infinite timeout once raised OverflowError outside any handler).
+* ``chunks.worker``: a chunk worker's thread, between two tasks.
+* ``binlog.read``: the MySQL binlog reader's thread, at each event.
+* ``spanner.partition_query``: a Spanner change-stream partition's thread, as its query
+  starts.
+
+``point@N:raise`` raises :class:`InjectedFault` there instead of killing the process: the
+thread-failure tests (tests/integration/test_thread_failures.py) check that an exception in
+any background thread's work is retried or stops the engine with the reason: never a thread
+dying silently.
 
 Unset (always, outside tests) a point costs one attribute lookup.
 """
@@ -52,24 +64,35 @@ POINTS = (
     "spark.compact.named",
     "executor.reads",
     "spanner.partition_end",
+    "spark.lander",
+    "chunks.worker",
+    "binlog.read",
+    "spanner.partition_query",
 )
+RAISE = "raise"
+
+
+class InjectedFault(RuntimeError):
+    """Raised at a ``point@N:raise`` fault."""
 
 
 class FaultSpecError(ValueError):
     """``SNAPSHOTTER_FAULTS`` is not a list of ``point@N``."""
 
 
-def parse(spec: str) -> dict[str, int]:
-    """``"window.close@4,state.write@2"`` -> ``{"window.close": 4, "state.write": 2}``: kill
-    at the N-th time the point is reached (counted from 1, per process)."""
-    faults: dict[str, int] = {}
+def parse(spec: str) -> dict[str, tuple[int, bool]]:
+    """``"window.close@4,spark.lander@1:raise"`` -> ``{"window.close": (4, False),
+    "spark.lander": (1, True)}``: kill (or raise) at the N-th time the point is reached
+    (counted from 1, per process)."""
+    faults: dict[str, tuple[int, bool]] = {}
     for part in filter(None, (p.strip() for p in spec.split(","))):
-        name, at, count = part.partition("@")
+        name, at, rest = part.partition("@")
+        count, colon, action = rest.partition(":")
         if name not in POINTS:
             raise FaultSpecError(f"{ENV}: unknown fault point {name!r}; known: {', '.join(POINTS)}")
-        if not at or not count.isdigit() or int(count) < 1:
-            raise FaultSpecError(f"{ENV}: {part!r} must be {name}@N with N >= 1")
-        faults[name] = int(count)
+        if not at or not count.isdigit() or int(count) < 1 or (colon and action != RAISE):
+            raise FaultSpecError(f"{ENV}: {part!r} must be {name}@N or {name}@N:raise, N >= 1")
+        faults[name] = (int(count), bool(colon))
     return faults
 
 
@@ -87,12 +110,15 @@ class _Faults:
         sys.stderr.write(f"snapshotter: fault points reached: {reached}\n")
 
     def reach(self, point: str, before: Callable[[], object] | None) -> None:
-        at = self.armed.get(point)
+        at, raising = self.armed.get(point, (0, False))
         with self._lock:
             seen = self._passed[point] = self._passed.get(point, 0) + 1
         if seen == at:
             if before is not None:
                 before()
+            if raising:
+                sys.stderr.write(f"snapshotter: fault {point}@{at}: raising\n")
+                raise InjectedFault(f"injected fault at {point} (reached {at} times)")
             # stderr is unbuffered: the suite reads this line to know the fault was hit.
             sys.stderr.write(f"snapshotter: fault {point}@{at}: killing the process\n")
             os.kill(os.getpid(), signal.SIGKILL)
@@ -102,8 +128,9 @@ _faults: _Faults | None = _Faults(os.environ[ENV]) if os.environ.get(ENV) else N
 
 
 def failpoint(point: str, before: Callable[[], object] | None = None) -> None:
-    """Die here if ``SNAPSHOTTER_FAULTS`` asks for it (see the module's docstring); when this
-    is the fatal reach, ``before`` runs first to set the moment up (write half a batch)."""
+    """Die (or raise) here if ``SNAPSHOTTER_FAULTS`` asks for it (see the module's docstring);
+    when this is the fatal reach, ``before`` runs first to set the moment up (write half a
+    batch)."""
     if _faults is not None:
         _faults.reach(point, before)
 

@@ -136,9 +136,10 @@ class Engine:
         self._signal_table = source.signal_table_id
         # The notification table ([notifications] channels "table") is the engine's own
         # output: its rows never go to the sink, even when source.tables matches it.
-        self._own_tables = (
-            {config.notification_table_id} if "table" in config.notifications.channels else set()
-        )
+        self._own_tables = config.own_tables
+        # A stop reads on to the end of the transaction for at most this long: a share of
+        # the time the whole stop may take ([state] shutdown_timeout_s).
+        self._finish_s = min(FINISH_TRANSACTION_S, config.state.shutdown_timeout_s / 3)
         self.state = store.load()
         self.state.prune_history()  # a state file from before history was bounded
         self._outcome = RunOutcome()
@@ -256,14 +257,21 @@ class Engine:
             captured_text=repr(source.tables),
             signal_table=self._signal_table,
             default_schema=source.default_schema,
+            own_tables=self._own_tables,
         )
 
     # ---------------------------------------------------------------- running
 
     def run(
-        self, *, until_caught_up: bool = False, should_stop: Callable[[], bool] | None = None
+        self,
+        *,
+        until_caught_up: bool = False,
+        should_stop: Callable[[], bool] | None = None,
+        on_error: Callable[[], None] | None = None,
     ) -> int:
         """Stream until ``should_stop`` (or, with ``until_caught_up``, until caught up).
+        ``on_error``: called when a failure ends the run, before the engine closes (the CLI
+        bounds that close as it bounds a stop).
 
         Returns the exit code: 0 when every snapshot this run worked on is done, 2 when one
         failed, was stopped or is paused (the CLI's contract for ``--until-caught-up``).
@@ -272,10 +280,14 @@ class Engine:
         try:
             while True:
                 if should_stop is not None and should_stop():
-                    self.finish_transaction()
+                    self.finish_transaction(self._finish_s)
                     break
                 if self.step(reader, until_caught_up=until_caught_up):
                     break
+        except BaseException:
+            if on_error is not None:
+                on_error()
+            raise
         finally:
             self.close()
         return self.exit_code()

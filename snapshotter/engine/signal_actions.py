@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
 from signals import ExecuteSnapshot, LogSignal, PauseSnapshot, ResumeSnapshot, StopSnapshot
@@ -58,6 +58,9 @@ class SignalContext:
     captured_text: str  # ... as configured, for messages
     signal_table: TableId
     default_schema: str
+    # The engine's own tables besides the signal table (the notification table) -> what it
+    # is: never snapshotted.
+    own_tables: Mapping[TableId, str] = field(default_factory=dict)
 
 
 class SignalAction(Protocol):
@@ -100,7 +103,6 @@ class ExecuteSnapshotAction(_Action[ExecuteSnapshot]):
                 signal,
                 known=known,
                 captured=context.captured,
-                captured_text=context.captured_text,
                 signal_table=context.signal_table,
                 default_schema=context.default_schema,
                 unfinished={
@@ -109,6 +111,7 @@ class ExecuteSnapshotAction(_Action[ExecuteSnapshot]):
                     if not p.status.finished
                 },
                 describe_missing=context.relation_kinds,
+                own_tables=context.own_tables,
             )
         except SourceUnavailableError:
             raise  # the state with the signal marked processed is never saved: read again
@@ -120,6 +123,7 @@ class ExecuteSnapshotAction(_Action[ExecuteSnapshot]):
         if plan.error is not None:
             context.problem(signal.id, signal.type.value, plan.error, position)
             return
+        _note_skipped(context, signal, plan.skipped, nothing_else=not (plan.queue or plan.refused))
         for problem in plan.problems:
             context.problem(signal.id, signal.type.value, problem, position)
         if plan.queue or plan.refused:
@@ -157,6 +161,27 @@ class ExecuteSnapshotAction(_Action[ExecuteSnapshot]):
         context.snapshots_added()
 
 
+def _note_skipped(
+    context: SignalContext, signal: Signal, skipped: Sequence[TableSelector], *, nothing_else: bool
+) -> None:
+    """One log line for what a signal names that this pipeline does not capture: another
+    pipeline reading the same signal table acts on it (as Debezium connectors skip tables
+    they do not capture). Not a failed snapshot, not a signal problem."""
+    if not skipped:
+        return
+    what = "ignored" if nothing_else else "partly skipped"
+    log.info(
+        "signal %s (%s) %s: %s not captured by this pipeline (source.tables = %s); another "
+        "pipeline reading the signal table %s may act on it",
+        signal.id,
+        signal.type.value,
+        what,
+        listed([s if isinstance(s, TableId) else f"pattern {s}" for s in skipped], SHOWN_TABLES),
+        context.captured_text,
+        context.signal_table,
+    )
+
+
 class StopSnapshotAction(_Action[StopSnapshot]):
     """Stop the unfinished snapshots of the named tables (of every table, when none is
     named), and cancel their running reads."""
@@ -165,6 +190,13 @@ class StopSnapshotAction(_Action[StopSnapshot]):
 
     def act(self, signal: StopSnapshot, position: Position) -> None:
         context = self._context
+        named = [
+            s.with_default_schema(context.default_schema)
+            for s in signal.data_collections
+            if isinstance(s, TableId)
+        ]
+        others: list[TableSelector] = [t for t in named if not context.captured.selects(t)]
+        _note_skipped(context, signal, others, nothing_else=len(others) == len(named) > 0)
         stopped: set[tuple[str, TableId]] = set()
         for progress in self._matching(signal.data_collections):
             progress.stop()

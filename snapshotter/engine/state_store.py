@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import fcntl
 import os
-import tempfile
 from pathlib import Path
 from types import TracebackType
 
+from snapshotter.common.atomic import write_atomically
 from snapshotter.common.errors import disk_error
 from snapshotter.common.faults import failpoint
 from snapshotter.config import Config
@@ -66,24 +66,7 @@ class StateStore:
             ) from exc
 
     def _save(self, state: EngineState) -> None:
-        directory = self.path.parent
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=directory)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(state.to_json())
-                f.flush()
-                os.fsync(f.fileno())
-            failpoint("state.write")
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        dir_fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_atomically(self.path, state.to_json(), lambda: failpoint("state.write"))
 
     def __enter__(self) -> StateStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)

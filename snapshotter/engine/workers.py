@@ -260,6 +260,7 @@ class ChunkWorker:
 
     def _loop(self) -> None:
         while (task := self._next_task()) is not None:
+            failpoint("chunks.worker")
             if not self._begin(task):
                 stopping = "cancelled: the engine is stopping"
                 self.results.put(TaskFailed(task, stopping, cancelled=True))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from signals.model import Signal, Watermark
 from signals.names import TableId
@@ -66,6 +66,9 @@ class Capture:
     # Where a first run streams from, for init to save in the state, when the log keeps no
     # position of ours (MySQL: the binlog's current end); None when it does (a slot).
     start: dict[str, Any] | None = None
+    # What init created (not found there), as (kind, name): ("publication", "p"). Recorded,
+    # so teardown drops only that (snapshotter.app.created).
+    created: list[tuple[str, str]] = field(default_factory=list)
 
 
 class ConnectError(Exception):
@@ -208,6 +211,29 @@ class Connector(Protocol):
 
     def drop_capture(self, engine: SourceHandle) -> list[str]:
         """Drop the ``capture_objects``: one line per object, "dropped" or "already gone"."""
+        ...
+
+
+@runtime_checkable
+class PublishedLog(Protocol):
+    """A source whose log carries only what a publication names (PostgreSQL): the
+    publication can lose a table (a signal table dropped and created again), other
+    publications can carry the same signal table, and the publication may be someone
+    else's, which teardown then keeps."""
+
+    def repair_log_coverage(self, handle: SourceHandle, tables: Sequence[TableId]) -> list[str]:
+        """Add what ``log_coverage_problems`` found missing when the role may (it owns the
+        publication and only tables are missing): the statements run. SetupError with
+        ``log_coverage_problems``' lines when it cannot."""
+        ...
+
+    def other_publications(self, handle: SourceHandle, table: TableId) -> list[str]:
+        """The publications other than the configured one that carry ``table``."""
+        ...
+
+    def drop_capture_keeping(self, handle: SourceHandle, keep_publication: bool) -> list[str]:
+        """``drop_capture``, leaving the publication when ``keep_publication`` (init did not
+        create it), with a line that says so."""
         ...
 
 

@@ -27,6 +27,7 @@ from signals.table import delete_watermarks, insert_signal, watermark_rows
 from snapshotter.core.keys import Key, KeyCodecError, normalize_key
 from snapshotter.core.visibility import OpenAtStart
 from snapshotter.sources.base import ChunkSpec, ColumnInfo, TableError, TableSchema, error_chain
+from snapshotter.sources.privileges import SIGNAL_TABLE_PRIVILEGES, granted
 from snapshotter.sources.query_guard import Outcome, QueryGuard, cancelled_error, timeout_error
 
 _MAX_CACHED_QUERIES = 256
@@ -174,7 +175,13 @@ class SqlDialect(ABC):
         server going away."""
 
     def write_watermark(self, watermark: Watermark) -> None:
-        with self.engine.begin() as conn:
+        # A privilege the user lacks is said in one line with its GRANT: the snapshot's
+        # error in status, never SQLAlchemy's dump of the upsert and its parameters.
+        what = f"writing a snapshot watermark row into the signal table {self.signal_table}"
+        with (
+            granted(self.engine, self.signal_table, SIGNAL_TABLE_PRIVILEGES, what),
+            self.engine.begin() as conn,
+        ):
             insert_signal(conn, self.signal_table, watermark)
 
     def delete_watermarks(self, window_ids: Sequence[str]) -> int:

@@ -29,7 +29,7 @@ def tables_to_verify(config: Config, dialect: Dialect, names: Sequence[str]) -> 
     """What ``snapshotter verify`` checks, the same for every sink: the named tables; without
     names, every table ``source.tables`` selects, both those at the source now and those the
     state has snapshotted (a table dropped since is reported, not skipped). The signal table
-    is not verified."""
+    and the notification table (the engine's own, never streamed) are not verified."""
     source = config.source
     default = source.default_schema
     if names:
@@ -43,6 +43,8 @@ def tables_to_verify(config: Config, dialect: Dialect, names: Sequence[str]) -> 
         if any(s.matches(table) if isinstance(s, TablePattern) else s == table for s in selectors):
             found[table] = None
     found.pop(source.signal_table_id, None)
+    for own in config.own_tables:
+        found.pop(own, None)
     if not found:
         raise VerifyError(
             "no table to verify: source.tables selects no table at the source and none was "

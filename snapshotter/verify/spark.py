@@ -51,7 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from signals.names import TableId
-from snapshotter.config import Config
+from snapshotter.config import Config, SparkConfig, is_uri
 from snapshotter.sinks.spark.types import META_COLUMNS, landed_columns, rows_to_landed
 from snapshotter.sources.base import ChunkSpec, Dialect, TableError, TableSchema
 from snapshotter.verify.rows import (
@@ -804,10 +804,33 @@ class LandedVerifier:
 # --- the command ------------------------------------------------------------------------------
 
 
-def verify_landed(config: Config, names: Sequence[str]) -> Iterator[Outcome]:
+def verify_spark(config: Config) -> tuple[SparkConfig, str | None]:
+    """The Spark ``verify`` reads with, and a note when it is not ``[spark]``'s own.
+
+    A standalone cluster on this machine landing into a local path: verify reads with a local
+    session (local[*]). The engine running beside it holds the cluster's cores (an
+    application keeps the executors it was given), so a job of verify's on the cluster would
+    wait for them for as long as the engine runs; the path is readable from here anyway.
+    Elsewhere verify uses ``[spark]``, and a cluster that runs none of its tasks fails within
+    ``[spark] start_timeout_s`` (``sinks.spark.start``)."""
+    spark, path = config.spark, config.sink.path
+    local_path = not is_uri(path) or path.startswith("file:")
+    cluster_here = spark.master.startswith("spark://") and not spark.runs_elsewhere
+    if spark.remote is None and cluster_here and local_path:
+        return spark.model_copy(update={"master": "local[*]"}), (
+            f"verify reads {path} with a local Spark session (local[*]), not on the cluster "
+            f"at {spark.master}: the path is on this machine, and a running engine may hold "
+            "the cluster's cores"
+        )
+    return spark, None
+
+
+def verify_landed(
+    config: Config, names: Sequence[str], say: Callable[[str], object] = log.info
+) -> Iterator[Outcome]:
     """Verify each table (:func:`snapshotter.verify.convergence.tables_to_verify`: the rule is the
     same for every sink) against the landed state under ``[sink] path``; one outcome per
-    table, as each is done."""
+    table, as each is done. ``say``: where the choice of Spark session is told."""
     from pyspark.errors import PySparkException
 
     from snapshotter.sinks.spark.lander import Lander, LandingError
@@ -819,7 +842,10 @@ def verify_landed(config: Config, names: Sequence[str]) -> Iterator[Outcome]:
     dialect = connector_for(config.source).open_dialect()
     try:
         tables = tables_to_verify(config, dialect, names)  # before Spark's start: it is slow
-        spark = spark_session(config.spark, delta=sink.format == "delta")
+        spark_config, note = verify_spark(config)
+        if note is not None:
+            say(note)
+        spark = spark_session(spark_config, delta=sink.format == "delta")
         lander = Lander(spark, sink.path, sink.format)
         verifier = LandedVerifier(dialect, lander)
         for table in tables:
@@ -852,4 +878,5 @@ __all__ = [
     "hash_rows",
     "value_hashes",
     "verify_landed",
+    "verify_spark",
 ]

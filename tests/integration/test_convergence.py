@@ -1444,7 +1444,6 @@ def test_bad_signals_are_reported_while_the_stream_goes_on(
     expected = {
         "ghost_table": ["does not exist"],
         "nopk": list(source.no_key_phrases),
-        "outside": ["not captured", "tables", "[source]"],
     }
     wait_for(
         lambda: (
@@ -1460,6 +1459,10 @@ def test_bad_signals_are_reported_while_the_stream_goes_on(
         print(f"\n{table}: {error}")
         assert all(p in error for p in phrases), (table, error)
         assert error in caplog.text
+    # A table that exists outside source.tables is another pipeline's (several may read one
+    # signal table): skipped with a note, not a failed snapshot (issue 26).
+    assert state_of(cap, "outside") is None
+    assert f"raw-outside (execute-snapshot) ignored: {schema}.outside not captured" in caplog.text
     problem = next(p for p in report(cap)["signal_problems"] if p["signal_id"] == bad_id)
     print(f"\nbad JSON: {problem['error']}")
     assert "json" in problem["error"].lower(), problem

@@ -17,8 +17,8 @@ from snapshotter.config import parse_config
 CONFIG = parse_config(
     """
 [source]
-kind = "postgres"
-url = "postgresql://u@h:5432/shop"
+kind = "mysql"
+url = "mysql://u@h:3306/shop"
 tables = ["public.orders", "public.gone", "sales.*"]
 """,
     base_dir=Path("/tmp"),
@@ -71,9 +71,9 @@ class _Connector:
         return []
 
 
-def test_it_asks_about_the_tables_selected_now_without_the_signal_table() -> None:
+def test_it_asks_about_the_tables_selected_now_without_the_signal_table(tmp_path: Path) -> None:
     connector = _Connector()
-    probe = CoverageProbe(CONFIG, connector)
+    probe = CoverageProbe(CONFIG, tmp_path / "state.json", connector)
     assert probe.problems() == []
     assert probe.problems() == []  # the connections are kept for the run
     # A configured name that does not exist has no changes to miss; patterns match now.
@@ -84,10 +84,10 @@ def test_it_asks_about_the_tables_selected_now_without_the_signal_table() -> Non
     assert probe.problems() == [] and connector.opened == []  # closed: asks nothing more
 
 
-def test_a_check_running_at_close_releases_its_connections_when_it_ends() -> None:
+def test_a_check_running_at_close_releases_its_connections_when_it_ends(tmp_path: Path) -> None:
     connector = _Connector()
     connector.release.clear()
-    probe = CoverageProbe(CONFIG, connector)
+    probe = CoverageProbe(CONFIG, tmp_path / "state.json", connector)
     check = threading.Thread(target=probe.problems)
     check.start()
     assert connector.entered.wait(10)

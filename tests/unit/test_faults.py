@@ -1,5 +1,5 @@
-"""Fault points: the spec is parsed strictly, and a point kills the process (SIGKILL) exactly
-at its N-th reach, after setting the moment up."""
+"""Fault points: the spec is parsed strictly, and a point kills the process (SIGKILL), or
+raises, exactly at its N-th reach, after setting the moment up."""
 
 from __future__ import annotations
 
@@ -15,12 +15,25 @@ from snapshotter.common.faults import POINTS, FaultSpecError, parse
 
 
 def test_a_spec_names_points_and_counts() -> None:
-    assert parse("window.close@4, state.write@1") == {"window.close": 4, "state.write": 1}
+    assert parse("window.close@4, state.write@1") == {
+        "window.close": (4, False),
+        "state.write": (1, False),
+    }
+    assert parse("spark.lander@2:raise") == {"spark.lander": (2, True)}
     assert parse("") == {}
 
 
 @pytest.mark.parametrize(
-    "spec", ["window.close", "window.close@", "window.close@0", "window.close@x", "nope@1"]
+    "spec",
+    [
+        "window.close",
+        "window.close@",
+        "window.close@0",
+        "window.close@x",
+        "nope@1",
+        "window.close@1:",
+        "window.close@1:kill",
+    ],
 )
 def test_a_bad_spec_is_refused_with_the_points_known(spec: str) -> None:
     with pytest.raises(FaultSpecError) as error:
@@ -61,6 +74,28 @@ def test_a_point_kills_the_process_at_its_nth_reach_after_setting_the_moment_up(
     assert "fault sink.flush@3: killing the process" in done.stderr
 
 
+def test_a_raising_point_raises_at_its_nth_reach_and_the_process_goes_on() -> None:
+    done = _run(
+        "spark.lander@2:raise",
+        """
+        from snapshotter.common.faults import InjectedFault, failpoint
+        for i in range(1, 4):
+            try:
+                failpoint("spark.lander")
+                print("passed", i, flush=True)
+            except InjectedFault as exc:
+                print("raised", i, exc, flush=True)
+        """,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "passed 1",
+        "raised 2 injected fault at spark.lander (reached 2 times)",
+        "passed 3",
+    ]
+    assert "fault spark.lander@2: raising" in done.stderr
+
+
 def test_a_run_that_ends_first_says_how_often_each_point_was_reached() -> None:
     done = _run(
         "spark.land@9",
@@ -91,7 +126,7 @@ def test_points_cost_nothing_when_unset() -> None:
         check=False,
     )
     assert done.returncode == 0 and not done.stderr
-    assert len(POINTS) == 10
+    assert len(POINTS) == 14
 
 
 def test_every_point_is_in_the_fault_matrix_and_the_module_docstring() -> None:

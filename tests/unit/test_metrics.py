@@ -6,6 +6,7 @@ sample Grafana dashboard (every metric it queries exists)."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 import urllib.request
@@ -310,6 +311,44 @@ def test_a_failed_or_stale_lag_measurement_is_left_out() -> None:
     lag()
     clock[0] = 51  # the measurement started at 20 never came back: stale
     assert lag() is None
+
+
+def test_a_failing_lag_measurement_is_said_once_and_recovers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The lag thread is a side channel (issue 26: no thread fails silently): its failure is
+    a warning once, not one per scrape, and the metric comes back when the source does."""
+    clock, spawn = [0.0], Spawn()
+    outcome: dict[str, Any] = {"value": OSError("source down")}
+
+    def measure() -> int:
+        if isinstance(outcome["value"], Exception):
+            raise outcome["value"]
+        return int(outcome["value"])
+
+    lag = StreamLag(measure, refresh_s=5, stale_s=30, clock=lambda: clock[0], spawn=spawn)
+    with caplog.at_level(logging.DEBUG, logger="snapshotter.metrics"):
+        for step in range(3):
+            clock[0] = step * 5
+            lag()
+            spawn.run()
+            assert lag() is None
+        outcome["value"] = 9
+        clock[0] = 15
+        lag()
+        spawn.run()
+        assert lag() == 9
+    said = [(r.levelno, r.getMessage()) for r in caplog.records]
+    warnings = [m for level, m in said if level == logging.WARNING]
+    assert warnings == [
+        "metrics: the log's end could not be read (source down); the lag metric is absent "
+        "until it can"
+    ]
+    assert [m for level, m in said if level == logging.DEBUG].count(
+        "metrics: the log's end could not be read (source down); the lag metric is absent "
+        "until it can"
+    ) == 2
+    assert (logging.INFO, "metrics: the log's end is read again") in said
 
 
 # --- the endpoint ------------------------------------------------------------------------

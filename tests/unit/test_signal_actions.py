@@ -106,12 +106,41 @@ def test_execute_snapshot_queues_the_named_captured_tables(setup: Setup) -> None
     assert outcome.exit_code(state) == 2  # not done yet
 
 
-def test_execute_snapshot_refuses_a_table_outside_the_capture(setup: Setup) -> None:
-    actions, _, state, outcome = setup
+def test_execute_snapshot_skips_a_table_outside_the_capture(
+    setup: Setup, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another pipeline reading the same signal table captures it: skipped with one note,
+    as Debezium skips it; not a failed snapshot, not a signal problem."""
+    actions, engine, state, outcome = setup
+    caplog.set_level(logging.INFO, logger="snapshotter.engine")
     actions.dispatch(ExecuteSnapshot("e2", (A, OUTSIDE)), AT)
-    statuses = {p.table: p.status for p in state.snapshots}
-    assert statuses[A] is SnapshotStatus.PENDING
-    assert statuses[OUTSIDE] is SnapshotStatus.FAILED  # refused: recorded for status
+    assert {p.table: p.status for p in state.snapshots} == {A: SnapshotStatus.PENDING}
+    assert engine.problems == [] and outcome.touched("e2")
+    notes = [
+        r.getMessage() for r in caplog.records if "not captured by this pipeline" in r.getMessage()
+    ]
+    assert len(notes) == 1 and "partly skipped: x.c" in notes[0], notes
+    caplog.clear()
+    actions.dispatch(ExecuteSnapshot("e3", (OUTSIDE,)), AT)
+    assert len(state.snapshots) == 1 and engine.problems == [] and not outcome.touched("e3")
+    notes = [
+        r.getMessage() for r in caplog.records if "not captured by this pipeline" in r.getMessage()
+    ]
+    assert len(notes) == 1 and "e3 (execute-snapshot) ignored: x.c" in notes[0], notes
+    caplog.clear()
+    actions.dispatch(StopSnapshot("x9", (OUTSIDE,)), AT)
+    assert state.snapshots[0].status is SnapshotStatus.PENDING  # only the named tables stop
+    notes = [
+        r.getMessage() for r in caplog.records if "not captured by this pipeline" in r.getMessage()
+    ]
+    assert len(notes) == 1 and "x9 (stop-snapshot) ignored" in notes[0], notes
+
+
+def test_execute_snapshot_of_a_table_that_exists_nowhere_fails_it(setup: Setup) -> None:
+    actions, _, state, outcome = setup
+    ghost = TableId("x", "ghost")
+    actions.dispatch(ExecuteSnapshot("e2", (ghost,)), AT)
+    assert {p.table: p.status for p in state.snapshots} == {ghost: SnapshotStatus.FAILED}
     assert outcome.touched("e2")
 
 
@@ -120,7 +149,7 @@ def test_execute_snapshot_of_nothing_known_is_a_problem(setup: Setup) -> None:
     actions.dispatch(ExecuteSnapshot("e3", (parse_table_selector("s.nothing_*"),)), AT)
     assert state.snapshots == []
     assert [(i, k) for i, k, _ in engine.problems] == [("e3", "execute-snapshot")]
-    assert "matches no captured table" in engine.problems[0][2]
+    assert "matches no captured table, nor any other" in engine.problems[0][2]
     assert not outcome.touched("e3")
 
 

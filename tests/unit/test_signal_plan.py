@@ -63,16 +63,17 @@ def plan(
     config: Sequence[str] = CONFIG_TABLES,
     unfinished: Mapping[TableId, str] | None = None,
     kinds: Kinds | None = None,
+    own: Mapping[TableId, str] | None = None,
 ):
     return plan_snapshot(
         signal,
         known=known,
         captured=Selectors(map(parse_table_selector, config), "public"),
-        captured_text=repr(list(config)),
         signal_table=SIGNAL_TABLE,
         default_schema="public",
         unfinished=unfinished or {},
         describe_missing=kinds or Kinds(),
+        own_tables=own,
     )
 
 
@@ -94,31 +95,69 @@ def test_the_dot_rule_keeps_sales_hr_out():
 
 def test_refusals_name_the_reason():
     kinds = Kinds({TableId("public", "v"): "is a view: only tables can be snapshotted"})
+    notification = TableId("public", "debezium_notification")
     result = plan(
-        execute("public.ghost", "public.v", "secret.t", "public.debezium_signal"), kinds=kinds
+        execute("public.ghost", "public.v", "secret.ghost", "public.debezium_signal", "public.n"),
+        kinds=kinds,
+        own={TableId("public", "n"): "the notification table ([notifications] table)"},
     )
     reasons = dict(result.refused)
     assert "does not exist" in reasons[TableId("public", "ghost")]
     assert reasons[TableId("public", "v")] == ("public.v is a view: only tables can be snapshotted")
-    assert "not captured" in reasons[TableId("secret", "t")]
-    assert "source.tables = ['public.*'" in reasons[TableId("secret", "t")]
+    # A name that exists nowhere stays an error, captured or not.
+    assert "does not exist" in reasons[TableId("secret", "ghost")]
     assert "signal table" in reasons[SIGNAL_TABLE]
-    assert result.queue == []
+    assert "notification table" in reasons[TableId("public", "n")]
+    assert "never snapshotted" in reasons[TableId("public", "n")]
+    assert result.queue == [] and result.skipped == [] and notification not in reasons
     # One lookup for every missing name, not one per name.
-    assert kinds.calls == [[TableId("public", "ghost"), TableId("public", "v")]]
+    assert kinds.calls == [
+        [TableId("public", "ghost"), TableId("public", "v"), TableId("secret", "ghost")]
+    ]
+
+
+def test_tables_of_other_pipelines_are_skipped_not_refused():
+    """Several pipelines may read one signal table: a table this one does not capture but
+    that exists is another's, skipped as Debezium skips it (no failed snapshot, no signal
+    problem); also one only another user may read, or a view outside source.tables."""
+    kinds = Kinds(
+        {
+            TableId("secret", "hidden"): "exists, but the source user cannot read it: ...",
+            TableId("secret", "v"): "is a view: only tables can be snapshotted",
+        }
+    )
+    result = plan(
+        execute("orders", "secret.t", "secret.hidden", "secret.v"),
+        kinds=kinds,
+    )
+    assert result.queue == [(TableId("public", "orders"), None)]
+    assert result.skipped == [
+        TableId("secret", "t"),
+        TableId("secret", "hidden"),
+        TableId("secret", "v"),
+    ]
+    assert result.refused == [] and result.problems == []
 
 
 def test_a_pattern_selects_only_captured_tables():
     result = plan(execute(r".*\.t", r"secret\..*", "sales.*"), config=["sales.*"])
     assert [t for t, _ in result.queue] == [TableId("sales", "a"), TableId("sales", "b")]
     assert result.refused == []
-    assert result.problems == [
-        r"pattern .*\.t matches no captured table (it matches secret.t, outside source.tables)",
-        r"pattern secret\..* matches no captured table (it matches secret.t, outside "
-        "source.tables)",
-    ]
+    # Patterns that match only other pipelines' tables are skipped; one that matches no
+    # table at all is a problem.
+    assert [str(p) for p in result.skipped] == [r".*\.t", r"secret\..*"]
+    assert result.problems == []
     assert plan(execute("nothing_here.*")).problems == [
-        "pattern nothing_here.* matches no captured table"
+        "pattern nothing_here.* matches no captured table, nor any other"
+    ]
+
+
+def test_patterns_never_select_the_engines_own_tables():
+    own = {TableId("public", "items"): "the notification table ([notifications] table)"}
+    result = plan(execute("public.*"), own=own)
+    assert [t for t, _ in result.queue] == [TableId("public", "orders")]
+    assert plan(execute(r"public\.(items|debezium_signal)"), own=own).problems == [
+        r"pattern public\.(items|debezium_signal) matches no captured table, nor any other"
     ]
 
 

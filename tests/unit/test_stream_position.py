@@ -410,7 +410,7 @@ def test_run_names_the_config_and_tables_when_the_binlog_is_purged_mid_run(
         raise error
 
     monkeypatch.setattr(runner, "run_engine", failing_run)
-    monkeypatch.setattr(runner.StopFlag, "install", lambda self: None)  # keep pytest's SIGINT
+    monkeypatch.setattr(runner.StopFlag, "install", lambda self, *_: None)  # keep pytest's SIGINT
     monkeypatch.setattr(cli, "_tables_to_snapshot", lambda config: ["shop.orders"])
     with pytest.raises(CliError) as raised:
         cli.cmd_run(build_parser().parse_args(["run", "-c", str(config)]))

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from snapshotter.config import SparkConfig
+from snapshotter.sinks.spark.start import bound_retries, bounded_start, probe, shown
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -135,18 +135,20 @@ def spark_session(config: SparkConfig, *, delta: bool = False) -> SparkSession:
         for key, value in conf.items():
             builder = builder.config(key, value)
         log.info("starting Spark (master %s)%s", config.master, _delta_note(required, delta))
-        # PySpark replaces the SIGINT handler when it starts on the main thread; keep ours
-        # (the engine stops at a transaction boundary on SIGINT).
-        on_main = threading.current_thread() is threading.main_thread()
-        previous = signal.getsignal(signal.SIGINT) if on_main else None
-        try:
-            session = builder.getOrCreate()
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
-        session.sparkContext.setLogLevel("WARN")
+        local = config.master.startswith("local")
+        if not local:
+            probe(config)  # a wrong address fails here at once, not after Spark's retries
+        # On a thread of its own, within [spark] start_timeout_s (start.py). PySpark sets
+        # its own SIGINT handler only when it starts on the main thread, so ours stays.
+        session: SparkSession = bounded_start(
+            config, builder.getOrCreate, first_job=not local, configure=_quiet
+        )
         _session, _with_delta, _where = session, delta, where
         return session
+
+
+def _quiet(session: Any) -> None:
+    session.sparkContext.setLogLevel("WARN")
 
 
 def _forget_connect() -> None:
@@ -178,14 +180,24 @@ def _connect(config: SparkConfig) -> SparkSession:
     if static:
         raise RuntimeError(
             f"[spark] conf {', '.join(static)}: a Spark Connect session takes only session "
-            f"settings (spark.sql.*); set the others where the server at {remote} starts"
+            f"settings (spark.sql.*); set the others where the server at {shown(config)} starts"
         )
     conf.update(config.conf)
-    log.info("connecting to Spark Connect at %s", remote)
-    try:
-        session = SparkSession.builder.remote(remote).getOrCreate()
+    log.info("connecting to Spark Connect at %s", shown(config))
+    probe(config)  # the client would retry an unreachable server for ten minutes
+
+    def configure(session: Any) -> None:
+        bound_retries(session, config.start_timeout_s)
         for key, value in conf.items():
             session.conf.set(key, value)
+
+    try:
+        session: SparkSession = bounded_start(
+            config,
+            lambda: SparkSession.builder.remote(remote).getOrCreate(),
+            first_job=True,
+            configure=configure,
+        )
     except ImportError as exc:
         raise RuntimeError(
             f"Spark Connect needs its client libraries ({exc}); install snapshotter[connect]"

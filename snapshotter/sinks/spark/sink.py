@@ -51,6 +51,7 @@ import pyarrow as pa
 
 from signals.names import TableId
 from snapshotter.common.errors import disk_error, is_disk_full
+from snapshotter.common.faults import failpoint
 from snapshotter.config import Config
 from snapshotter.core.events import ChangeEvent
 from snapshotter.core.window import ReadBatch, StagedReadBatch
@@ -58,6 +59,7 @@ from snapshotter.sinks.base import Ack, SinkItem
 from snapshotter.sinks.spark.lander import Landed, Lander, LandingError, landed_tables
 from snapshotter.sinks.spark.remote_reads import write_remote_reads
 from snapshotter.sinks.spark.staging import StagedBatch, StagingArea
+from snapshotter.sinks.spark.start import SparkStartError, shown
 from snapshotter.sinks.spark.types import (
     events_to_landed,
     landed_schema,
@@ -109,12 +111,14 @@ class SparkSink:
         fmt: str,
         spark: Callable[[], Any] | None = None,
         compact_idle_s: float | None = None,
+        spark_at: str = "Spark",
     ) -> None:
         """``spark``: the Spark session, for READ rows read on executors
         (``StagedReadBatch``), which are staged by Spark. ``compact_idle_s``: fold every
         table's changelog tail into its current state once nothing has landed for this long
-        (None: only when the sink closes)."""
+        (None: only when the sink closes). ``spark_at``: where Spark runs, for messages."""
         self._spark = spark
+        self._spark_at = spark_at
         self._staging = staging
         self._open_lander = open_lander
         self._describe = describe
@@ -188,6 +192,7 @@ class SparkSink:
             fmt=sink.format,
             spark=session,
             compact_idle_s=sink.compact_idle_s or None,
+            spark_at=f"Spark at {shown(config.spark)}",
         )
 
     # ------------------------------------------------------------------ Sink protocol
@@ -296,6 +301,8 @@ class SparkSink:
             with self._cond:
                 self._closing = True
                 self._cond.notify_all()
+            if self._lander is None and self._thread.is_alive():
+                log.info("waiting for Spark to start to land %d staged batch(es)", len(self._queue))
             self._thread.join()
             self._thread = None
         self._check()
@@ -341,6 +348,13 @@ class SparkSink:
     def _run_stager(self) -> None:
         """Stages each checkpoint's rows, in order, then acknowledges it. After a failure it
         stages nothing more (the engine stops at its next call, with the error)."""
+        try:
+            self._stage_all()
+        except Exception as exc:  # a bug: the engine stops with it, never waits on it
+            log.debug("the stager stopped", exc_info=True)
+            self._fail(f"the Spark sink's stager stopped: {_first_line(exc)}")
+
+    def _stage_all(self) -> None:
         while True:
             job = self._stage_queue.get()
             if job is None:
@@ -466,9 +480,10 @@ class SparkSink:
                     ) from exc
                 if attempt == LAND_ATTEMPTS:
                     raise SparkSinkError(
-                        f"landing batches {batches[0].seq}..{batches[-1].seq} failed "
-                        f"{LAND_ATTEMPTS} times; last error: {_first_line(exc)}. They stay "
-                        "staged and are landed on the next start"
+                        f"landing batches {batches[0].seq}..{batches[-1].seq} with "
+                        f"{self._spark_at} failed {LAND_ATTEMPTS} times; last error: "
+                        f"{_first_line(exc)}. Check that Spark is up there ([spark]); the "
+                        "batches stay staged and are landed on the next start"
                     ) from exc
                 log.warning(
                     "landing batches %d..%d failed (attempt %d of %d), retrying: %s",
@@ -511,34 +526,44 @@ class SparkSink:
         return max(0.0, min(left))
 
     def _run_lander(self) -> None:
-        if self._lander is None:
-            try:
-                self._lander = self._open_lander()
-            except Exception as exc:
-                with self._cond:
-                    self._failure = f"starting Spark failed: {_first_line(exc)}"
-                    self._cond.notify_all()
-                log.error("%s", self._failure)
-                return
-        self._lander.hold_compaction = self._snapshotting
+        """The lander thread. Whatever ends it early (Spark does not start, a landing keeps
+        failing, a bug) is kept as the sink's failure, so the engine stops at its next call
+        with the reason: it must never go on staging what nothing lands."""
+        try:
+            if self._lander is None:
+                try:
+                    self._lander = self._open_lander()
+                except Exception as exc:  # SparkStartError: said with the address and fix
+                    start = isinstance(exc, SparkStartError)
+                    self._fail(str(exc) if start else f"starting Spark failed: {_first_line(exc)}")
+                    return
+            self._lander.hold_compaction = self._snapshotting
+            self._land_all()
+        except SparkSinkError as exc:  # said for users already
+            self._fail(str(exc))
+        except Exception as exc:  # a bug: said with what it was, never swallowed
+            log.debug("the lander stopped", exc_info=True)
+            self._fail(f"the Spark sink's lander stopped: {_first_line(exc)}")
+
+    def _fail(self, reason: str) -> None:
+        with self._cond:
+            self._failure = self._failure or reason
+            self._landing = False
+            self._cond.notify_all()
+        log.error("%s", reason)
+
+    def _land_all(self) -> None:
         while True:
+            failpoint("spark.lander")
             with self._cond:
                 group = self._next_job()
                 if group is None:
                     return
                 self._landing = True
-            try:
-                if group:
-                    self._land_now(group)
-                else:
-                    self._compact_released()
-            except Exception as exc:
-                with self._cond:
-                    self._failure = str(exc)
-                    self._landing = False
-                    self._cond.notify_all()
-                log.error("%s", exc)
-                return
+            if group:
+                self._land_now(group)
+            else:
+                self._compact_released()
             with self._cond:
                 if group:
                     del self._queue[: len(group)]

@@ -16,7 +16,7 @@ from signals.names import TableId
 from snapshotter.sources.base import Dialect
 from snapshotter.sources.connector import Capture, Connector, SetupCheck, SourceSettings
 from snapshotter.sources.log import KeyColumns, LogReader, OpenReader
-from snapshotter.sources.mysql import positions
+from snapshotter.sources.mysql import coverage, positions
 from snapshotter.sources.mysql import setup as my_setup
 from snapshotter.sources.mysql.dialect import MySqlDialect, mysql_url
 from snapshotter.sources.positions import NewStart
@@ -170,9 +170,10 @@ class MySqlConnector(SqlConnector):
     def refuse_drop(self, engine: sa.Engine) -> None:
         return None
 
-    def log_coverage_problems(self, handle: Any, tables: Sequence[TableId]) -> list[str]:
-        """See ``Connector.log_coverage_problems``. Not checked yet (issue 26)."""
-        return []
+    def log_coverage_problems(self, handle: sa.Engine, tables: Sequence[TableId]) -> list[str]:
+        """The binlog's database filters (``coverage``): the binlog carries every database
+        unless the server's binlog-do-db / binlog-ignore-db leave one out."""
+        return coverage.coverage_problems(handle, self.source.signal_table_id, tables)
 
     def drop_capture(self, engine: sa.Engine) -> list[str]:
         return []

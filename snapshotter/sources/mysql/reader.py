@@ -37,6 +37,7 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from snapshotter.common.faults import failpoint
 from snapshotter.core.position import Position
 from snapshotter.sources.log import (
     Change,
@@ -190,7 +191,9 @@ class BinlogLogReader:
             except Exception as exc:
                 if self._stopping.is_set():
                     return
-                self._fail(exc)
+                # Said with where the reader was (a bug, or an event it cannot decode): the
+                # engine stops with it, never waits on a reader that is gone.
+                self._fail(exc if isinstance(exc, LogReaderError) else self._read_error(exc))
                 return
             finally:
                 self._close_stream()
@@ -214,6 +217,15 @@ class BinlogLogReader:
             error.__cause__ = lost
             return error
         return BinlogReaderError(f"reading the binlog from {where} failed: {detail}")
+
+    def _read_error(self, exc: Exception) -> BinlogReaderError:
+        where = f"{self._boundary['file']} at {self._boundary['pos']}"
+        detail = " ".join(str(exc).split()) or "no message"
+        error = BinlogReaderError(
+            f"reading the binlog after {where} failed: {type(exc).__name__}: {detail}"
+        )
+        error.__cause__ = exc
+        return error
 
     def _fail(self, exc: BaseException) -> None:
         self._put(exc)
@@ -249,6 +261,7 @@ class BinlogLogReader:
         replayed_upto = self._last
         while not self._stopping.is_set():
             event = stream.fetchone()
+            failpoint("binlog.read")
             if event is None:  # the server ended the dump (not in blocking mode)
                 raise pymysql.err.OperationalError(2013, "the server ended the binlog dump")
             if isinstance(event, QueryEvent) and not is_transaction_marker(_text(event.query)):

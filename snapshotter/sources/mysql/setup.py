@@ -714,8 +714,8 @@ def filter_reach(facts: ServerFacts) -> list[Problem]:
             f"user {facts.user} holds {', '.join(held)} on *.*, and snapshot filters (SQL from "
             f"the signal table) run as it: whoever can insert into the signal table can {can}",
             "run snapshotter as a user of its own with only REPLICATION SLAVE, "
-            f"{facts.binlog_monitor_privilege} on *.* and SELECT, INSERT, DELETE on the "
-            "database (docs/operations.md: Trust boundary)",
+            f"{facts.binlog_monitor_privilege} on *.*, SELECT on the database and INSERT, "
+            "UPDATE, DELETE on the signal table (docs/sources.md: Privileges)",
             "warning",
         )
     ]

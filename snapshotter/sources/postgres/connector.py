@@ -11,13 +11,19 @@ import sqlalchemy as sa
 
 from signals.names import TableId
 from snapshotter.sources.base import Dialect
-from snapshotter.sources.connector import Capture, Connector, SetupCheck, SourceSettings
+from snapshotter.sources.connector import (
+    Capture,
+    Connector,
+    PublishedLog,
+    SetupCheck,
+    SourceSettings,
+)
 from snapshotter.sources.log import KeyColumns, LogReader, OpenReader
 from snapshotter.sources.positions import NewStart
-from snapshotter.sources.postgres import positions
+from snapshotter.sources.postgres import positions, publications
 from snapshotter.sources.postgres import setup as pg_setup
 from snapshotter.sources.postgres.dialect import PostgresDialect
-from snapshotter.sources.setup_common import resolve_tables
+from snapshotter.sources.setup_common import SetupError, resolve_tables
 from snapshotter.sources.sql_connector import SqlConnector
 
 
@@ -99,7 +105,10 @@ class PostgresConnector(SqlConnector):
         published = [*tables, source.signal_table_id]
         change = pg_setup.ensure_publication(engine, source.publication, published)
         slot = pg_setup.ensure_slot(engine, source.slot)
-        return Capture(done=[str(change), f"replication slot {source.slot}: {slot}"])
+        return Capture(
+            done=[str(change), f"replication slot {source.slot}: {slot}"],
+            created=[("publication", source.publication)] if change.created else [],
+        )
 
     # --- the saved stream position --------------------------------------------------------
 
@@ -139,14 +148,71 @@ class PostgresConnector(SqlConnector):
     def refuse_drop(self, engine: sa.Engine) -> None:
         positions.refuse_active_slot(engine, self.source.slot)
 
-    def log_coverage_problems(self, handle: Any, tables: Sequence[TableId]) -> list[str]:
-        """See ``Connector.log_coverage_problems``. Not checked yet (issue 26)."""
-        return []
+    def log_coverage_problems(self, handle: sa.Engine, tables: Sequence[TableId]) -> list[str]:
+        """What the publication lacks (``publications.coverage_gaps``): the signal table,
+        captured tables, published operations, whole rows."""
+        signal_table = self.source.signal_table_id
+        return self._gaps(handle, tables).lines(signal_table)
+
+    def _gaps(self, engine: sa.Engine, tables: Sequence[TableId]) -> publications.Gaps:
+        source = self.source
+        with engine.connect() as conn:
+            return publications.coverage_gaps(
+                conn, source.publication, source.signal_table_id, tables
+            )
+
+    def repair_log_coverage(self, handle: sa.Engine, tables: Sequence[TableId]) -> list[str]:
+        source = self.source
+        with handle.begin() as conn:
+            gaps = publications.coverage_gaps(
+                conn, source.publication, source.signal_table_id, tables
+            )
+            lines = gaps.lines(source.signal_table_id)
+            if not lines or not gaps.exists:
+                # Without the publication the log reader cannot start at all, and says so
+                # itself (after what the role lacks, REPLICATION first): nothing to repair.
+                return []
+            if not gaps.repairable:
+                if gaps.exists and not gaps.owned and gaps.missing:
+                    lines.append(
+                        f"(the publication {source.publication} is another role's: snapshotter "
+                        "changes only a publication its role owns)"
+                    )
+                raise SetupError("; ".join(lines))
+            statement = publications.repair(conn, gaps)
+        return [statement] if statement else []
+
+    def other_publications(self, handle: sa.Engine, table: TableId) -> list[str]:
+        with handle.connect() as conn:
+            found = publications.publications_with(conn, table)
+        return [p for p in found if p != self.source.publication]
 
     def drop_capture(self, engine: sa.Engine) -> list[str]:
         return positions.drop_capture(engine, self.source.slot, self.source.publication)
 
+    def drop_capture_keeping(self, handle: sa.Engine, keep_publication: bool) -> list[str]:
+        source = self.source
+        if not keep_publication:
+            return self.drop_capture(handle)
+        lines = positions.drop_capture(handle, source.slot, None)
+        with handle.connect() as conn:
+            there = pg_setup.publication_exists(conn, source.publication)
+        if there:
+            lines.append(
+                f"publication {source.publication}: kept: `snapshotter init` did not create it "
+                "(it was there before); if nothing else uses it, drop it yourself: DROP "
+                f"PUBLICATION {pg_setup.quote_name(source.publication)};"
+            )
+        else:
+            lines.append(f"publication {source.publication}: already gone")
+        return lines
+
 
 def _is_a_connector(connector: PostgresConnector) -> Connector:
     """Never called: makes mypy check that PostgresConnector implements the protocol."""
+    return connector
+
+
+def _publishes_its_log(connector: PostgresConnector) -> PublishedLog:
+    """Never called: makes mypy check that PostgresConnector implements PublishedLog."""
     return connector

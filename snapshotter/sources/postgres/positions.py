@@ -212,14 +212,16 @@ def drop_slot(engine: sa.Engine, slot: str) -> bool:
         raise SetupError(f"cannot drop replication slot {slot}: {error_reason(exc)}") from None
 
 
-def drop_capture(engine: sa.Engine, slot: str, publication: str) -> list[str]:
-    """Drop the slot (never an active one), then the publication; one line per object,
-    "dropped" or "already gone"."""
+def drop_capture(engine: sa.Engine, slot: str, publication: str | None) -> list[str]:
+    """Drop the slot (never an active one), then the publication (unless None); one line
+    per object, "dropped" or "already gone"."""
     facts = slot_facts(engine, slot)
     if facts is not None:
         refuse_active(slot, facts)
     dropped = facts is not None and drop_slot(engine, slot)
     lines = [f"replication slot {slot}: {gone(dropped)}"]
+    if publication is None:
+        return lines
     dropped = pg_setup.drop_publication(engine, publication)
     lines.append(f"publication {publication}: {gone(dropped)}")
     return lines

@@ -182,8 +182,8 @@ def _check_role(conn: sa.Connection) -> list[Problem]:
 # The fix of every filter-reach warning: what the engine's role needs, and nothing more.
 _DEDICATED_ROLE = (
     "run snapshotter as a role of its own that is not a superuser: LOGIN REPLICATION, SELECT "
-    "on the captured tables, INSERT and DELETE on the signal table "
-    "(docs/operations.md: Trust boundary)"
+    "on the captured tables, SELECT, INSERT, UPDATE and DELETE on the signal table "
+    "(docs/sources.md: Privileges)"
 )
 
 

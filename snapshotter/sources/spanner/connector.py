@@ -21,7 +21,7 @@ from snapshotter.core.position import Position
 from snapshotter.sources.base import Dialect
 from snapshotter.sources.connector import Capture, ConnectError, Connector, SetupCheck
 from snapshotter.sources.log import KeyColumns, LogReader, LogReaderError, OpenReader
-from snapshotter.sources.positions import NewStart, name_config, to_go_on
+from snapshotter.sources.positions import NewStart, to_go_on
 from snapshotter.sources.setup_common import captured_by, resolve_tables
 from snapshotter.sources.spanner import client as sp_client
 from snapshotter.sources.spanner import setup as sp_setup
@@ -223,27 +223,24 @@ class SpannerConnector:
         # The state first: its restart point only moves on, so the age measured after it
         # can only be overstated by the moment between the two reads.
         resume = saved()
-        source = self.source
-        captured = captured_by(source.tables, source.default_schema, source.signal_table_id)
-        tables = [t for t in handle.list_tables() if captured(t)]
-        # What the stream no longer watches: missing changes, or snapshots that cannot go on.
-        coverage = [name_config(p, config) for p in self.log_coverage_problems(handle, tables)]
+        # (What the stream no longer watches is status's coverage warning: app.log_coverage.)
+        warnings: list[str] = []
         problem = self.position_problem(handle, resume)
         if problem is not None:
-            return [f"{problem}: {to_go_on(config)}", *coverage]
+            return [f"{problem}: {to_go_on(config)}"]
         restart = _restart_us(resume)
         if restart is None:
-            return coverage
+            return warnings
         facts = handle.stream_facts(resume.get("change_stream") or self.change_stream)
         keep_s = retention_s(facts.options)
         age_s = (handle.server_time_us() - restart) / 1e6
         if age_s > keep_s / 2:
-            coverage.append(
+            warnings.append(
                 f"the saved position in change stream {self.change_stream} is "
                 f"{age_s / 3600:.1f} h old, and the stream keeps {keep_s // 3600} h: run the "
                 "engine before it is gone"
             )
-        return coverage
+        return warnings
 
     def move_to_log_end(self, handle: Any, dialect: Dialect) -> NewStart:
         now = handle.server_time_us()

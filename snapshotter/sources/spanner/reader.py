@@ -89,6 +89,7 @@ class _PartitionQuery(threading.Thread):
     def run(self) -> None:
         reader = self.reader
         try:
+            failpoint("spanner.partition_query")
             for records in reader.query_partition(self.token, self.start_us):
                 if reader.stopping.is_set():
                     return
