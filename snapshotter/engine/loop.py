@@ -302,11 +302,22 @@ class Engine:
                 self._checkpoints.save_first()
             self._resume_unfinished()
             self._refresh_unfinished_keys()
-            if self._keep_history:  # rule 4 across restarts, before any chunk is read
-                self._history_from_start()
             reader = self._open_reader(self.state.stream.resume, self._keys.primary_key)
         except BaseException:
             # Nothing was written: release the sink (its threads, a Spark session) and go.
+            with contextlib.suppress(Exception):
+                self._sink.close()
+            self._dialect.close()
+            self._watch.close()
+            raise
+        try:
+            # Rule 4 across restarts: asked before any chunk is read, once the reader has
+            # opened (so an unreachable source is the reader's prompt error, not a wait).
+            if self._keep_history:
+                self._history_from_start()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                reader.close()
             with contextlib.suppress(Exception):
                 self._sink.close()
             self._dialect.close()

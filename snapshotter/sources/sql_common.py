@@ -182,7 +182,13 @@ class SqlDialect(ABC):
             granted(self.engine, self.signal_table, SIGNAL_TABLE_PRIVILEGES, what),
             self.engine.begin() as conn,
         ):
+            self._watermark_transaction(conn)
             insert_signal(conn, self.signal_table, watermark)
+
+    def _watermark_transaction(self, conn: sa.Connection) -> None:
+        """Settings of the transaction that writes a watermark row, before its insert
+        (none here; PostgreSQL asks for a local flush at commit)."""
+        return None
 
     def delete_watermarks(self, window_ids: Sequence[str]) -> int:
         with self.engine.begin() as conn:

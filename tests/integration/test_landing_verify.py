@@ -441,10 +441,8 @@ def _current(landing: Landing, table: TableId) -> Path:
     return Path(landing.lander.table_path(table)) / "current"
 
 
-def _plain_ids(current: Path) -> dict[str, list[int]]:
+def _plain_ids(spark: SparkSession, current: Path) -> dict[str, list[int]]:
     """The keys each plain reader reads of ``current/`` (sorted, duplicates kept)."""
-    spark = SparkSession.getActiveSession()
-    assert spark is not None
     return {
         "spark": sorted(r["id"] for r in spark.read.parquet(str(current)).select("id").collect()),
         "pyarrow": sorted(pq.read_table(str(current)).column("id").to_pylist()),
@@ -472,7 +470,7 @@ def test_a_stray_base_and_a_lagging_tail_are_not_converged_for_plain_readers(
     landing.snapshot(table)
     current = _current(landing, table)
     ids = list(range(-1, 61))
-    assert _plain_ids(current) == {"spark": ids, "pyarrow": ids, "pandas": ids}
+    assert _plain_ids(spark, current) == {"spark": ids, "pyarrow": ids, "pandas": ids}
     clean = landing.verify(table)
     assert clean.ok, clean.render()
     assert clean.plain is not None
@@ -530,7 +528,7 @@ def test_a_stray_base_and_a_lagging_tail_are_not_converged_for_plain_readers(
     # The engine's next run: strays removed at the start, whether it lands the table or not.
     _writing_lander(landing)
     ids.remove(3)
-    assert _plain_ids(current) == {"spark": ids, "pyarrow": ids, "pandas": ids}
+    assert _plain_ids(spark, current) == {"spark": ids, "pyarrow": ids, "pandas": ids}
     assert landing.verify(table).ok
 
 
@@ -577,5 +575,5 @@ def test_a_base_of_the_layout_before_issue_26_is_read_by_plain_readers_after_the
     assert lander.compact_idle() == [table]  # as the sink's close
     assert not legacy.exists()
     ids = list(range(-1, 61))
-    assert _plain_ids(current) == {"spark": ids, "pyarrow": ids, "pandas": ids}
+    assert _plain_ids(spark, current) == {"spark": ids, "pyarrow": ids, "pandas": ids}
     assert Landing(spark, pg_dialect, tmp_path, "parquet").verify(table).ok

@@ -23,7 +23,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from snapshotter.sources.setup_common import SetupError
+from snapshotter.engine.watchdog import LogCoverageError
 from tests.integration.engine_harness import Capture, mysql_connect
 
 pytestmark = pytest.mark.integration
@@ -249,7 +249,7 @@ def test_the_documented_privileges_are_enough_and_each_is_checked(
         # The administrator's publication lost the signal table: the role may not add it
         # back, so run refuses with the statement, and status warns.
         minimal.admin(f'ALTER PUBLICATION "{cap.publication}" DROP TABLE {minimal.signal}')
-        with pytest.raises(SetupError, match="does not carry the signal table") as refused:
+        with pytest.raises(LogCoverageError, match="does not carry the signal table") as refused:
             cap.run()
         assert "ALTER PUBLICATION" in str(refused.value) and "another role" in str(refused.value)
         warnings = _status(cap, capsys)["warnings"]

@@ -70,8 +70,12 @@ def _streaming(capture: Capture) -> None:
 
 @pytest.mark.parametrize("dialect", ["googlesql"])
 def test_a_captured_table_the_stream_stops_watching_stops_the_engine_with_the_fix(
-    spanner_case: Callable[..., SpannerCase], dialect: str, capsys: pytest.CaptureFixture[str]
+    spanner_case: Callable[..., SpannerCase],
+    dialect: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(watchdog, "CHECK_EVERY_S", 5.0)  # the check as it runs, sooner
     case = spanner_case(dialect)
     capture = case.capture
     keys = seed_rows(case.database, dialect, 100)
@@ -116,10 +120,11 @@ def test_a_snapshot_whose_signal_table_the_stream_stops_watching_stops_in_bounde
 ) -> None:
     """Without the periodic check: a close watermark overdue makes the engine ask, and stop."""
     monkeypatch.setattr(watchdog, "CHECK_EVERY_S", 10_000.0)
+    monkeypatch.setattr(watchdog, "OVERDUE_MIN_S", 10.0)  # the bound as it runs, sooner
     case = spanner_case(dialect, chunk_size=50)
     capture = case.capture
     text = capture.config_path.read_text()
-    # The bound is max(60 s, chunk_timeout_s) after the close watermark was written.
+    # The bound is max(OVERDUE_MIN_S, chunk_timeout_s) after the close watermark was written.
     capture.config_path.write_text(text.replace("[source]\n", "[source]\nchunk_timeout_s = 10\n"))
     seed_rows(case.database, dialect, ROWS)
     capture.init()

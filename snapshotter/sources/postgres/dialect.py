@@ -29,9 +29,7 @@ from psycopg.conninfo import make_conninfo
 from sqlalchemy.dialects.postgresql import psycopg as sa_psycopg
 from sqlalchemy.types import UserDefinedType
 
-from signals.model import Watermark
 from signals.names import TableId
-from signals.table import insert_signal
 from snapshotter.common.faults import failpoint
 from snapshotter.core.keys import Key
 from snapshotter.core.visibility import OpenAtStart, PgSnapshot
@@ -677,12 +675,11 @@ class PostgresDialect(SqlDialect):
             pg_setup.add_tables(conn, self.publication, missing)
         return missing
 
-    def write_watermark(self, watermark: Watermark) -> None:
-        """The row, committed with a local WAL flush whatever ``synchronous_commit`` says
-        (``pg_commits``: an async watermark would wait for the WAL writer to come back)."""
-        with self.engine.begin() as conn:
-            pg_commits.flush_at_commit(conn)
-            insert_signal(conn, self.signal_table, watermark)
+    def _watermark_transaction(self, conn: sa.Connection) -> None:
+        """A watermark row is committed with a local WAL flush whatever
+        ``synchronous_commit`` says (``pg_commits``: an async watermark would wait for the
+        WAL writer to come back)."""
+        pg_commits.flush_at_commit(conn)
 
     def log_end(self) -> int:
         """A WAL position past every transaction committed before the call, already
