@@ -53,8 +53,12 @@ def test_status_sampled_during_a_snapshot_under_writes_never_says_the_position_i
     try:
         with src.writer(cap, table, ROWS, changes=None, rate=200, seed=26) as writer:
             cap.execute(qualified(cap, table.name))
+            state_file = cap.directory / "state" / "state.json"  # saved once the engine starts
             wait_for(
-                lambda: any(s["state"] == "running" for s in cap.status()["snapshots"]),
+                lambda: (
+                    state_file.exists()
+                    and any(s["state"] == "running" for s in cap.status()["snapshots"])
+                ),
                 "the snapshot to run",
                 engine=engine,
             )
