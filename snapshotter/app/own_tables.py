@@ -62,16 +62,10 @@ def _signal_table(engine: Any, config: Config, connector: Connector, done: Prepa
             )
         )
         return
-    if made:
-        created.remember(config, SIGNAL, str(table))
-        done.lines.append(f"signal table {table}: created")
+    expected = signal_table(table)
+    if not _made_or_adopted(engine, config, done, made, expected, SIGNAL, "[source] signal_table"):
         return
-    wrong = _layout(engine, signal_table(table), SIGNAL, "[source] signal_table")
-    if wrong is not None:
-        done.problems.append(wrong)
-        return
-    done.lines.append(f"signal table {table}: {_there(config, SIGNAL, table)}")
-    if isinstance(connector, PublishedLog):
+    if not made and isinstance(connector, PublishedLog):
         others = connector.other_publications(engine, table)
         if others:
             done.problems.append(_shared(table, others))
@@ -98,15 +92,32 @@ def _notification_table(engine: Any, config: Config, done: Prepared) -> None:
             )
         )
         return
+    expected = notification_table(table)
+    _made_or_adopted(engine, config, done, made, expected, NOTIFICATION, "[notifications] table")
+
+
+def _made_or_adopted(
+    engine: Any,
+    config: Config,
+    done: Prepared,
+    made: bool,
+    expected: sa.Table,
+    kind: str,
+    setting: str,
+) -> bool:
+    """Record a table init created; or check the layout of one that was there (a problem
+    when it is not one of ``kind``). Whether the table can be used."""
+    table = TableId(expected.schema, expected.name)
     if made:
-        created.remember(config, NOTIFICATION, str(table))
-        done.lines.append(f"notification table {table}: created")
-        return
-    wrong = _layout(engine, notification_table(table), NOTIFICATION, "[notifications] table")
+        created.remember(config, kind, str(table))
+        done.lines.append(f"{kind} {table}: created")
+        return True
+    wrong = _layout(engine, expected, kind, setting)
     if wrong is not None:
         done.problems.append(wrong)
-        return
-    done.lines.append(f"notification table {table}: {_there(config, NOTIFICATION, table)}")
+        return False
+    done.lines.append(f"{kind} {table}: {_there(config, kind, table)}")
+    return True
 
 
 def _there(config: Config, kind: str, table: TableId) -> str:
