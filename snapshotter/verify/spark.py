@@ -29,7 +29,7 @@ exist on the Python side (nor mean the same for every type). So there is one has
 :func:`hash_rows`, in pure pyarrow (vectorised: no per-value Python), run by the verifier over
 source chunks and by Spark's Python workers over the landed state, through an Arrow UDF
 (``pyspark.sql.functions.arrow_udf``; ``DataFrame.mapInArrow`` would do as well but makes
-PySpark 4.2 require pandas, which this project does not install). Values are canonicalised
+PySpark 4.x require pandas, which this project does not install). Values are canonicalised
 first, so equivalent Arrow representations hash alike (see :func:`hash_rows`).
 
 Meaningful once the engine has caught up with the log and the table is not being written:

@@ -1,9 +1,10 @@
-"""The jars Spark needs beyond pyspark's own: Delta Lake's and the JDBC drivers.
+"""The jars Spark needs beyond pyspark's own: Delta Lake's, Iceberg's and the JDBC drivers.
 
 ``scripts/spark-jars`` (run by ``scripts/install``) downloads them ahead of time, never at
 first use, under ``$SNAPSHOTTER_JARS`` (default ``~/.cache/snapshotter/jars``)::
 
     delta-<delta-spark version>-spark<Spark major.minor>/   Delta's jars and jars.txt
+    iceberg-<iceberg version>-spark<Spark major.minor>/     Iceberg's runtime jar and jars.txt
     jdbc/                                                  the JDBC drivers and jars.txt
 
 ``jars.txt`` names a directory's jars, one per line (``#`` lines are comments), and is written
@@ -89,6 +90,21 @@ def delta_jars() -> list[Path]:
     """Delta Lake's jars (for ``spark.jars``) for the installed delta-spark and pyspark."""
     directory = delta_dir()
     return _listed(directory, f"Delta Lake's jars for {directory.name}")
+
+
+def iceberg_jars() -> list[Path]:
+    """Apache Iceberg's Spark runtime (for ``spark.jars``) for the installed pyspark: the one
+    ``iceberg-*-spark<major.minor>`` directory scripts/spark-jars filled (its version is pinned
+    there per Spark line)."""
+    spark = ".".join(_installed("pyspark").split(".")[:2])
+    found = sorted(jars_dir().glob(f"iceberg-*-spark{spark}"))
+    if not found:
+        raise _missing(
+            f"Apache Iceberg's runtime for Spark {spark}",
+            f"no {jars_dir() / f'iceberg-*-spark{spark}'} directory",
+        )
+    directory = found[-1]
+    return _listed(directory, f"Apache Iceberg's runtime for {directory.name}")
 
 
 def jdbc_jar(kind: JdbcKind) -> Path:
