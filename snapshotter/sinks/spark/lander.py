@@ -75,7 +75,7 @@ from typing import Literal
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from signals.names import TableId
@@ -83,39 +83,25 @@ from snapshotter.common.faults import failpoint
 from snapshotter.sinks.spark import bases
 from snapshotter.sinks.spark.appends import KnownKeys, Plan
 from snapshotter.sinks.spark.files import replace_partition
+from snapshotter.sinks.spark.formats.delta import land_delta
+from snapshotter.sinks.spark.latest import quote, reduce_latest
 from snapshotter.sinks.spark.staging import StagedBatch, StagedTable
 from snapshotter.sinks.spark.types import (
     BATCH,
-    OP,
-    POS,
     RESERVED_COLUMNS,
-    UNAVAILABLE,
 )
 
 log = logging.getLogger(__name__)
 
 Format = Literal["parquet", "delta"]
-# Working columns of reduce_latest and the Delta merge (never landed).
-_LIFE = "__snapshotter_life"
-_RESTARTED = "__snapshotter_restarted"
 
 META_FILE = "_snapshotter.json"
 META_VERSION = 1
 _SAFE = re.compile(r"[A-Za-z0-9_\-]")
 
 
-def _no_columns() -> Column:
-    """An empty list of column names (a function: a Column needs a running Spark)."""
-    return F.array().cast("array<string>")
-
-
 class LandingError(RuntimeError):
     """Landed data that cannot be used as asked; the message says why and what to do."""
-
-
-def quote(name: str) -> str:
-    """A Spark SQL identifier, quoted (backticks doubled)."""
-    return "`" + name.replace("`", "``") + "`"
 
 
 def _encode(part: str) -> str:
@@ -334,7 +320,7 @@ class Lander:
             batch = self.spark.read.option("mergeSchema", "true").parquet(
                 *[str(s.file) for s in staged]
             )
-            self._land_delta(table, meta, batch, lo, hi, truncated_at)
+            land_delta(self.spark, self.table_path(table), meta, batch, lo, hi, truncated_at)
         else:
             appended = self._land_parquet(table, meta, parts, lo)
         failpoint("spark.land")
@@ -499,74 +485,6 @@ class Lander:
             # Nothing landed remains outside what this landing overwrites: fresh again.
             self._known.setdefault(table, KnownKeys(meta.key_columns))
 
-    def _land_delta(
-        self,
-        table: TableId,
-        meta: TableMeta,
-        batch: DataFrame,
-        lo: int,
-        hi: int,
-        truncated_at: str | None,
-    ) -> None:
-        from delta.tables import DeltaTable
-
-        base = self.table_path(table)
-        changelog = f"{base}/changelog"
-        writer = batch.write.format("delta").option("mergeSchema", "true")
-        if DeltaTable.isDeltaTable(self.spark, changelog):
-            writer.mode("overwrite").option(
-                "replaceWhere", f"{quote(BATCH)} >= {lo} AND {quote(BATCH)} <= {hi}"
-            ).save(changelog)
-        else:
-            writer.mode("append").save(changelog)
-        current = f"{base}/current"
-        keys = meta.key_columns
-        changes = reduce_latest(
-            batch,
-            keys,
-            meta.unavailable_columns,
-            keep_deletes=True,
-            after=truncated_at,
-            restarted=_RESTARTED,
-        )
-        columns = [c for c in changes.columns if c != _RESTARTED]
-        if not DeltaTable.isDeltaTable(self.spark, current):
-            inserted = changes.where(F.col(OP) != "d").select(*[F.col(quote(c)) for c in columns])
-            inserted.write.format("delta").mode("append").save(current)
-            return
-        target = DeltaTable.forPath(self.spark, current)
-        if truncated_at is not None:
-            target.delete(F.col(POS) < F.lit(truncated_at))
-        on = _all([F.col(f"t.{quote(k)}") == F.col(f"s.{quote(k)}") for k in keys])
-        newer = F.col(f"t.{quote(POS)}") < F.col(f"s.{quote(POS)}")
-        is_delete = F.col(f"s.{quote(OP)}") == "d"
-        # The key was deleted in this batch before its latest event: the target's row is
-        # of before that delete, and resolves nothing.
-        restarted = F.col(f"s.{quote(_RESTARTED)}")
-        s_missing = F.coalesce(F.col(f"s.{quote(UNAVAILABLE)}"), _no_columns())
-        updates: dict[str, str | Column] = {}
-        for c in columns:
-            source = F.col(f"s.{quote(c)}")
-            if c in meta.unavailable_columns:
-                missing = F.array_contains(s_missing, F.lit(c)) & ~restarted
-                source = F.when(missing, F.col(f"t.{quote(c)}")).otherwise(source)
-            updates[quote(c)] = source
-        if meta.unavailable_columns:
-            # Still unavailable: what the event lacked and the target's row lacked too.
-            t_missing = F.coalesce(F.col(f"t.{quote(UNAVAILABLE)}"), _no_columns())
-            still = F.when(restarted, s_missing).otherwise(F.array_intersect(s_missing, t_missing))
-            updates[quote(UNAVAILABLE)] = F.when(F.size(still) > 0, still).cast("array<string>")
-        (
-            target.alias("t")
-            .merge(changes.alias("s"), on)
-            .whenMatchedDelete(condition=is_delete & newer)
-            .whenMatchedUpdate(condition=~is_delete & newer, set=updates)
-            .whenNotMatchedInsert(
-                condition=~is_delete, values={quote(c): F.col(f"s.{quote(c)}") for c in columns}
-            )
-            .execute()
-        )
-
     # ------------------------------------------------------------------ compaction (parquet)
 
     def compact(self, table: TableId) -> None:
@@ -671,72 +589,6 @@ def landed_tables(root: str) -> list[TableId]:
     return sorted(found, key=str)
 
 
-def reduce_latest(
-    df: DataFrame,
-    keys: Sequence[str],
-    unavailable_columns: Sequence[str] = (),
-    *,
-    keep_deletes: bool = False,
-    after: str | None = None,
-    restarted: str | None = None,
-) -> DataFrame:
-    """Per key, the event with the highest ``__pos`` (deletes dropped unless kept), after the
-    last truncate; values the log did not carry taken from the key's previous event since
-    its last delete (never from before a delete: a key deleted and created again by a key
-    change is another row). With ``restarted``, a boolean column of that name says whether
-    the key was deleted before its latest event (its state before ``df`` resolves nothing)."""
-    df = df.where(F.col(OP) != "t")
-    if after is not None:
-        df = df.where(F.col(POS) > F.lit(after))
-    key_cols = [F.col(quote(k)) for k in keys]
-    if unavailable_columns:
-        upto_here = (
-            Window.partitionBy(*key_cols)
-            .orderBy(F.col(POS))
-            .rowsBetween(Window.unboundedPreceding, Window.currentRow)
-        )
-        # Deletes so far, this row's included: the key's life the row belongs to.
-        df = df.withColumn(_LIFE, F.sum(F.when(F.col(OP) == "d", 1).otherwise(0)).over(upto_here))
-        history = (
-            Window.partitionBy(*key_cols, F.col(_LIFE))
-            .orderBy(F.col(POS))
-            .rowsBetween(Window.unboundedPreceding, Window.currentRow)
-        )
-        missing_list = F.coalesce(F.col(UNAVAILABLE), _no_columns())
-        unresolved = []
-        temps: list[str] = [_LIFE]
-        if restarted is not None:
-            df = df.withColumn(restarted, F.col(_LIFE) > 0)
-        for i, c in enumerate(unavailable_columns):
-            if c not in df.columns:
-                continue
-            carried = F.when(
-                (F.col(OP) != "d") & ~F.array_contains(missing_list, F.lit(c)),
-                F.struct(F.col(quote(c)).alias("v")),
-            )
-            temp = f"__carried_{i}"
-            df = df.withColumn(temp, F.last(carried, ignorenulls=True).over(history))
-            df = df.withColumn(c, F.col(temp).getField("v"))
-            unresolved.append(
-                F.when(F.array_contains(missing_list, F.lit(c)) & F.col(temp).isNull(), F.lit(c))
-            )
-            temps.append(temp)
-        # What no earlier event carried stays unavailable (the landing resolves it against
-        # the state before the batch, where there is one).
-        still = F.array_compact(F.array(*unresolved)) if unresolved else F.array()
-        df = df.withColumn(
-            UNAVAILABLE, F.when(F.size(still) > 0, still).cast("array<string>")
-        ).drop(*temps)
-    elif restarted is not None:
-        df = df.withColumn(restarted, F.lit(False))
-    latest = Window.partitionBy(*key_cols).orderBy(F.col(POS).desc())
-    df = df.withColumn("__rank", F.row_number().over(latest)).where(F.col("__rank") == 1)
-    df = df.drop("__rank")
-    if not keep_deletes:
-        df = df.where(F.col(OP) != "d")
-    return df
-
-
 def base_name(meta: TableMeta) -> str | None:
     """The directory under current/ of the table's base (None: no base)."""
     if meta.base is None:
@@ -758,13 +610,6 @@ def _legacy_base(meta: TableMeta) -> bool:
 
 def data_columns(df: DataFrame) -> list[str]:
     return [c for c in df.columns if c not in RESERVED_COLUMNS]
-
-
-def _all(conditions: list[Column]) -> Column:
-    out = conditions[0]
-    for c in conditions[1:]:
-        out = out & c
-    return out
 
 
 def _last_truncate(staged: Sequence[StagedTable]) -> str | None:

@@ -1,0 +1,71 @@
+"""The position-guarded merge of a batch's latest events into a current-state table, as the
+clauses of a MERGE (Delta's ``DeltaTable.merge``, Spark's ``DataFrame.mergeInto`` for DSv2
+tables such as Iceberg's): the target is ``t``, the batch's latest event per key ``s``
+(``latest.reduce_latest(..., keep_deletes=True, restarted=RESTARTED)``).
+
+The rule: a row is updated or deleted only by an event with a higher ``__pos``, so merging a
+batch again matches nothing; a key the target does not have is inserted unless deleted.
+Unchanged TOAST values (``__unavailable``) keep the target's value, unless the key was
+deleted in the batch before its latest event (the target's row is then of another life)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
+from snapshotter.sinks.spark.latest import RESTARTED, all_of, no_columns, quote
+from snapshotter.sinks.spark.types import OP, POS, UNAVAILABLE
+
+
+@dataclass(frozen=True)
+class MergeClauses:
+    on: Column  # the key columns equal
+    delete_when: Column  # matched: delete
+    update_when: Column  # matched: update with ``updates``
+    updates: dict[str, str | Column]
+    insert_when: Column  # not matched: insert ``inserts``
+    inserts: dict[str, str | Column]
+
+
+def _t(column: str) -> Column:
+    return F.col(f"t.{quote(column)}")
+
+
+def _s(column: str) -> Column:
+    return F.col(f"s.{quote(column)}")
+
+
+def position_merge(
+    keys: Sequence[str], columns: Sequence[str], unavailable_columns: Sequence[str]
+) -> MergeClauses:
+    """The clauses for landed ``columns`` (the batch's, without ``RESTARTED``) keyed by
+    ``keys``; ``unavailable_columns``: those ever landed unavailable for the table."""
+    on = all_of([_t(k) == _s(k) for k in keys])
+    newer = _t(POS) < _s(POS)
+    is_delete = _s(OP) == "d"
+    restarted = _s(RESTARTED)
+    s_missing = F.coalesce(_s(UNAVAILABLE), no_columns())
+    updates: dict[str, str | Column] = {}
+    for c in columns:
+        source = _s(c)
+        if c in unavailable_columns:
+            missing = F.array_contains(s_missing, F.lit(c)) & ~restarted
+            source = F.when(missing, _t(c)).otherwise(source)
+        updates[quote(c)] = source
+    if unavailable_columns:
+        # Still unavailable: what the event lacked and the target's row lacked too.
+        t_missing = F.coalesce(_t(UNAVAILABLE), no_columns())
+        still = F.when(restarted, s_missing).otherwise(F.array_intersect(s_missing, t_missing))
+        updates[quote(UNAVAILABLE)] = F.when(F.size(still) > 0, still).cast("array<string>")
+    inserts: dict[str, str | Column] = {quote(c): _s(c) for c in columns}
+    return MergeClauses(
+        on=on,
+        delete_when=is_delete & newer,
+        update_when=~is_delete & newer,
+        updates=updates,
+        insert_when=~is_delete,
+        inserts=inserts,
+    )
