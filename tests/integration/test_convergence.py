@@ -1854,7 +1854,18 @@ def test_a_kafka_broker_restart_mid_snapshot_loses_nothing(
     assert state_of(cap, table.name) == "done"
 
 
-@pytest.mark.parametrize("client", ["kafka-python", "confluent"])
+@pytest.mark.parametrize(
+    ("source", "client"),
+    _matrix(
+        [
+            pytest.param(db, client, id=f"{db}-{client}")
+            for db in ("postgres", "mysql")
+            for client in ("kafka-python", "confluent")
+        ],
+        {"postgres-confluent", "mysql-kafka-python"},  # CI: each database and each client once
+    ),
+    indirect=["source"],
+)
 def test_a_kafka_outage_past_the_delivery_timeout_stops_the_engine_and_resume_converges(
     source: Source, private_kafka: PrivateKafka, client: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
