@@ -342,8 +342,24 @@ class SinkConfig(_Section):
     # jsonl: the file. spark: the landing root, a local path or any Hadoop-compatible URI.
     # Unset: "snapshotter-events.jsonl" (jsonl) or "lake" (spark).
     path: str = ""
-    # spark: "parquet" (plain Parquet files, merge-on-read current state) or "delta".
-    format: Literal["parquet", "delta"] = "parquet"
+    # spark: "parquet" (plain Parquet files, merge-on-read current state), "delta" or
+    # "iceberg" (Apache Iceberg tables in a catalog: see catalog).
+    format: Literal["parquet", "delta", "iceberg"] = "parquet"
+    # spark, iceberg format: the Spark catalog the tables are kept in, one namespace per
+    # source schema: <catalog>.<schema>.<table> and <catalog>.<schema>.<table>_changelog.
+    # Unset: "snapshotter", a Hadoop (path) catalog whose warehouse is path, set up by the
+    # sink (nothing to configure). Any other name: a catalog configured under [spark] conf
+    # (spark.sql.catalog.<name> = ...: REST, Hive, Glue, Nessie...).
+    catalog: str | None = Field(default=None, min_length=1, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    # spark, iceberg format: table maintenance, run when the lander is idle (after
+    # compact_idle_s of quiet, and when the sink closes) at most once per this many seconds
+    # per table: data files and delete files rewritten (small files and deletion vectors
+    # folded in), snapshots older than snapshot_retention_s expired (0: at every idle point).
+    maintenance_interval_s: float = Field(default=600.0, ge=0, le=86_400 * 365)
+    # spark, iceberg format: expire_snapshots keeps snapshots younger than this (time travel
+    # reaches this far back), and always the last snapshots_kept.
+    snapshot_retention_s: float = Field(default=86_400.0 * 7, ge=0, le=86_400 * 3650)
+    snapshots_kept: int = Field(default=10, ge=1)
     # spark: where batches are staged, a directory of this machine (staged files are fsynced
     # before the state records them) that Spark's executors can read too: on a cluster of
     # other machines, a shared mount. Unset: "_staging" under a local landing path (Spark
@@ -436,6 +452,15 @@ class SinkConfig(_Section):
             raise ValueError(
                 'json_columns = "embedded" cannot go with schemas = true: a Connect schema '
                 'cannot describe an arbitrary JSON document; use json_columns = "text"'
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _catalog_for_iceberg(self) -> SinkConfig:
+        if self.catalog is not None and (self.kind != "spark" or self.format != "iceberg"):
+            raise ValueError(
+                f'catalog = "{self.catalog}": a catalog holds the tables of the spark sink\'s '
+                'iceberg format only; set kind = "spark" and format = "iceberg", or remove it'
             )
         return self
 

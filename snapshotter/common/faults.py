@@ -28,6 +28,10 @@ Points (each named where it is placed, with the moment it stands for):
   old base not yet deleted (the old base is a stray).
 * ``spanner.partition_end``: a Spanner change-stream partition has ended (its children
   named, some of them waiting for other parents; records of several partitions buffered).
+* ``spark.iceberg.changelog``: an Iceberg landing's changelog committed, its current state
+  not yet.
+* ``spark.iceberg.appended``: an Iceberg landing's appends to the current state committed
+  (READ rows of new keys), its merge not yet.
 * ``spark.lander``: the Spark sink's lander thread, between two landings (where a wait on an
   infinite timeout once raised OverflowError outside any handler).
 * ``chunks.worker``: a chunk worker's thread, between two tasks.
@@ -62,6 +66,8 @@ POINTS = (
     "spark.land",
     "spark.compact.written",
     "spark.compact.named",
+    "spark.iceberg.changelog",
+    "spark.iceberg.appended",
     "executor.reads",
     "spanner.partition_end",
     "spark.lander",

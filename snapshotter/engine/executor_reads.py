@@ -75,6 +75,7 @@ class SparkExecutorReads:
         self._source = config.source
         self._spark = config.spark
         self._delta = config.sink.format == "delta"
+        self._iceberg = config.sink.format == "iceberg"
         self._directory = Path(config.staging_dir) / "reads"
         # What executors wrote for windows of an earlier run: those windows are void (read
         # again, under new ids) or their rows were staged already.
@@ -88,7 +89,7 @@ class SparkExecutorReads:
         directory = self._directory / window_id
         shutil.rmtree(directory, ignore_errors=True)  # a read of this window before a crash
         directory.mkdir(parents=True)
-        spark = spark_session(self._spark, delta=self._delta)
+        spark = spark_session(self._spark, delta=self._delta, iceberg=self._iceberg)
         reader = _TaskReader(self._source, spec, list(ranges), str(directory))
         started = time.monotonic()
         job = spark.range(0, len(ranges), 1, len(ranges)).mapInArrow(reader, RESULT_DDL)

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -59,6 +59,31 @@ SPARK = "spark.read.parquet"
 PYARROW = "pyarrow.parquet.read_table"
 PANDAS = "pandas.read_parquet"
 DELTALAKE = "deltalake"
+SPARK_SQL = "spark.table"
+PYICEBERG = "pyiceberg"
+
+
+class _Scannable(Protocol):
+    """What ``_ArrowSide`` reads: a pyarrow dataset, or an Iceberg table through pyiceberg."""
+
+    @property
+    def schema(self) -> pa.Schema: ...
+
+    def to_batches(self, columns: list[str]) -> Iterator[pa.RecordBatch]: ...
+
+
+class _IcebergScan:
+    """An Iceberg table read by pyiceberg from its metadata file (no Spark, no catalog)."""
+
+    def __init__(self, metadata: str) -> None:
+        from pyiceberg.table import StaticTable
+
+        self.table = StaticTable.from_metadata(metadata)
+        self.schema: pa.Schema = self.table.schema().as_arrow()
+
+    def to_batches(self, columns: list[str]) -> Iterator[pa.RecordBatch]:
+        reader = self.table.scan(selected_fields=tuple(columns)).to_arrow_batch_reader()
+        yield from reader
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +131,7 @@ class _ArrowSide:
     """A pyarrow dataset of ``current/`` hashed in this process, batch by batch, its columns
     in the source's order (a column it lacks reads as NULL)."""
 
-    def __init__(self, dataset: ds.Dataset, names: Sequence[str], keys: Sequence[str]) -> None:
+    def __init__(self, dataset: _Scannable, names: Sequence[str], keys: Sequence[str]) -> None:
         self.dataset = dataset
         self.names = list(names)
         self.keys = list(keys)
@@ -232,6 +257,8 @@ class PlainReads:
                     ["no data file found"] if files == [] else self._columns(dataset.schema.names)
                 )
                 sides.append((PYARROW, _ArrowSide(dataset, self.names, self.keys), columns))
+        elif self.lander.format == "iceberg":
+            self._iceberg_sides(sides, failed, notes)
         else:
             # Spark's Delta reader is what the landed state is read with; deltalake (Rust,
             # no Spark) when installed.
@@ -248,6 +275,36 @@ class PlainReads:
                     columns = self._columns(dataset.schema.names)
                     sides.append((DELTALAKE, _ArrowSide(dataset, self.names, self.keys), columns))
         return sides, failed, notes
+
+    def _iceberg_sides(
+        self,
+        sides: list[tuple[str, LandedSide | _ArrowSide, list[str]]],
+        failed: list[PlainRead],
+        notes: list[str],
+    ) -> None:
+        """Iceberg: the table through the catalog with Spark SQL, and through pyiceberg from
+        its newest metadata file (no Spark, no catalog)."""
+        tables = self.lander.iceberg
+        name = tables.current_name(self.table)
+        try:
+            df = self.lander.spark.table(name)
+        except Exception as exc:
+            failed.append(PlainRead(f"{SPARK_SQL}({name})", None, f"fails: {_first_line(exc)}"))
+        else:
+            sides.append((f"{SPARK_SQL}({name})", LandedSide(df, self.names, self.keys), []))
+        try:
+            metadata = tables.metadata_location(self.table)
+            scan = None if metadata is None else _IcebergScan(metadata)
+        except ImportError:
+            notes.append("pyiceberg is not installed: only Spark's Iceberg reader was checked")
+        except Exception as exc:
+            failed.append(PlainRead(PYICEBERG, None, f"fails: {_first_line(exc)}"))
+        else:
+            if scan is None:
+                failed.append(PlainRead(PYICEBERG, None, f"fails: no table {name}"))
+            else:
+                columns = self._columns(scan.schema.names)
+                sides.append((PYICEBERG, _ArrowSide(scan, self.names, self.keys), columns))
 
     def _dataset(self) -> ds.Dataset | PlainRead:
         """``current/`` as ``pyarrow.parquet.read_table`` discovers it (its defaults)."""

@@ -845,7 +845,9 @@ def verify_landed(
         spark_config, note = verify_spark(config)
         if note is not None:
             say(note)
-        spark = spark_session(spark_config, delta=sink.format == "delta")
+        spark = spark_session(
+            spark_config, delta=sink.format == "delta", iceberg=sink.format == "iceberg"
+        )
         lander = Lander(spark, sink.path, sink.format)
         verifier = LandedVerifier(dialect, lander)
         for table in tables:

@@ -86,7 +86,7 @@ class Capture:
     # change stream and emulator_host in extra_config)
     kind: str = "postgres"
     sink: str = "jsonl"  # or "spark": staged Parquet landed by Spark (local mode) into "lake"
-    sink_format: str = "parquet"  # spark: or "delta"
+    sink_format: str = "parquet"  # spark: or "delta", "iceberg"
     kafka_partitions: int = 3  # kafka: several, so per-key order across partitions is tested
     kafka_schemas: bool = False  # kafka: JsonConverter-style {"schema", "payload"} messages
     kafka_bootstrap: str = ""  # kafka: unset, SNAPSHOTTER_KAFKA_BOOTSTRAP (scripts/test)
@@ -178,8 +178,9 @@ executors = {self.executors}
         from snapshotter.sinks.spark.session import spark_session
 
         config = self.config
-        spark = spark_session(config.spark, delta=config.sink.format == "delta")
-        return Lander(spark, config.sink.path, config.sink.format)
+        fmt = config.sink.format
+        spark = spark_session(config.spark, delta=fmt == "delta", iceberg=fmt == "iceberg")
+        return Lander(spark, config.sink.path, fmt)
 
     def verify_landed(self, table: str) -> Any:
         """``snapshotter verify`` for the spark sink: the table against its landed current
@@ -212,6 +213,8 @@ executors = {self.executors}
             readers = ["spark"]
             if self.config.sink.format == "parquet":
                 readers += ["pyarrow", "pandas"]
+            if self.config.sink.format == "iceberg":  # through the catalog, and without Spark
+                readers = ["spark", "pyiceberg"]
             for reader in readers:
                 seen = self.plain_landed_rows(table, reader)
                 if reader == "pandas":  # its values are pandas' own types: the keys here
@@ -234,7 +237,18 @@ executors = {self.executors}
 
         lander = self.lander()
         path = f"{lander.table_path(self.table_id(table))}/current"
-        if reader == "pyarrow":
+        if self.config.sink.format == "iceberg":
+            tables = lander.iceberg
+            if reader == "pyiceberg":
+                from pyiceberg.table import StaticTable
+
+                location = tables.metadata_location(self.table_id(table))
+                arrow = StaticTable.from_metadata(location).scan().to_arrow()
+            else:  # Spark SQL through the catalog
+                arrow = lander.spark.sql(
+                    f"SELECT * FROM {tables.current_name(self.table_id(table))}"
+                ).toArrow()
+        elif reader == "pyarrow":
             import pyarrow.parquet as pq
 
             arrow = pq.read_table(path)

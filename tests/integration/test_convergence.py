@@ -854,13 +854,18 @@ def test_the_spark_sink_converges_under_a_concurrent_random_writer(
     spark_converges(source, scenario)
 
 
-def spark_converges(source: Source, scenario: str, spark: str = "", executors: int = 0) -> None:
+def spark_converges(
+    source: Source, scenario: str, spark: str = "", executors: int = 0, fmt: str = "parquet"
+) -> None:
     """``scenario`` snapshotted under the random writer into the spark sink on ``spark`` (a
     master or Spark Connect URL; unset: local mode), landed state checked against the table.
-    ``executors``: chunks read on Spark executors, each window in that many sub-ranges."""
+    ``executors``: chunks read on Spark executors, each window in that many sub-ranges.
+    ``fmt``: the landing format."""
     timer = Timer()
     chunk = CHUNK // executors if executors else CHUNK
-    cap = source.capture(chunk_size=chunk, sink="spark", spark=spark, executors=executors)
+    cap = source.capture(
+        chunk_size=chunk, sink="spark", spark=spark, executors=executors, sink_format=fmt
+    )
     table, _, pacer = snapshot_under_writer(source, cap, scenario, timer, timeout=240)
     verdict = cap.verify_landed(table.name)
     assert verdict.ok, verdict.render()
@@ -1051,9 +1056,28 @@ def table_as_json(
         dialect.close()
 
 
+def _tamper_through_the_catalog(cap: Capture, table: str) -> dict[str, Any]:
+    lander = cap.lander()
+    name = lander.iceberg.current_name(cap.table_id(table))
+    row = lander.spark.sql(f"SELECT * FROM {name} LIMIT 1").collect()[0].asDict()
+    key = cap.key_of(table)
+    column = next(
+        c
+        for c, v in row.items()
+        if c not in key and not c.startswith("__") and isinstance(v, str) and v
+    )
+    # Literals: Iceberg's row-level UPDATE takes no parameter markers.
+    where = " AND ".join(
+        f"`{k}` = {row[k]}" if isinstance(row[k], int) else f"`{k}` = '{row[k]}'" for k in key
+    )
+    lander.spark.sql(f"UPDATE {name} SET `{column}` = concat(`{column}`, '!') WHERE {where}")
+    return {k: row[k] for k in key}
+
+
 def tamper_with_a_landed_row(cap: Capture, table: str) -> dict[str, Any]:
     """Fold the landed changelog into the current state's base (parquet), then change one
-    value of one row in a base file behind the lander's back; returns that row's key."""
+    value of one row in a base file behind the lander's back (iceberg: an UPDATE through the
+    catalog); returns that row's key."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -1061,6 +1085,8 @@ def tamper_with_a_landed_row(cap: Capture, table: str) -> dict[str, Any]:
 
     lander = cap.lander()
     table_id = cap.table_id(table)
+    if lander.format == "iceberg":
+        return _tamper_through_the_catalog(cap, table)
     lander.compact(table_id)
     meta = lander.meta(table_id)
     current = Path(lander.table_path(table_id)) / "current"  # base files: <base>.<file>

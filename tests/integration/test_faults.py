@@ -86,8 +86,16 @@ MOMENTS: dict[tuple[str, str], tuple[int, int]] = {
     # tail).
     ("spark.compact.written", "spark"): (1, 1),
     ("spark.compact.named", "spark"): (1, 1),
+    # "iceberg": the spark sink landing Iceberg tables. Between a landing's commits: after
+    # the changelog's, and after the current state's appends (before its merge).
+    **{(p, "iceberg"): CHUNK_MOMENTS for p in ("watermark.open", "chunk.select", "window.close")},
+    ("sink.flush", "iceberg"): (1, 8),
+    ("state.write", "iceberg"): (1, 8),
+    ("spark.land", "iceberg"): (1, 1),
+    ("spark.iceberg.changelog", "iceberg"): (1, 1),
+    ("spark.iceberg.appended", "iceberg"): (1, 1),
 }
-SINKS = ("jsonl", "kafka", "spark")
+SINKS = ("jsonl", "kafka", "spark", "iceberg")
 
 
 def _points(sink: str) -> list[str]:
@@ -102,6 +110,8 @@ SLICE: list[tuple[str, str, str, int]] = [
     ("mysql", "kafka", "window.close", 1),
     ("postgres", "spark", "spark.land", 1),
     ("mysql", "spark", "sink.flush", 1),
+    ("postgres", "iceberg", "spark.iceberg.changelog", 1),
+    ("mysql", "iceberg", "spark.iceberg.appended", 1),
 ]
 
 
@@ -201,9 +211,11 @@ def test_a_hard_crash_then_resume_converges(
     extra: dict[str, Any] = {}
     if sink == "kafka":
         extra["kafka_bootstrap"] = request.getfixturevalue("kafka_bootstrap")
+    if sink == "iceberg":
+        extra["sink_format"] = "iceberg"
     cap = src.capture(
         chunk_size=FAULT_CHUNK,
-        sink=sink,
+        sink="spark" if sink == "iceberg" else sink,
         state_config=f"checkpoint_interval_ms = {CHECKPOINT_MS}",
         **extra,
     )
@@ -233,7 +245,7 @@ def test_a_hard_crash_then_resume_converges(
         discarded = relanded = 0
         if sink == "jsonl":
             discarded = _jsonl_tail(cap, state)
-        elif sink == "spark":
+        elif sink in ("spark", "iceberg"):
             discarded, relanded = _staged(cap, state)
         resumed = subprocess.run(
             _cli(cap, "resume", "--until-caught-up"),

@@ -75,9 +75,9 @@ def contents(lander: Lander) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
     )
 
 
-@pytest.mark.parametrize("fmt", ["parquet", "delta"])
+@pytest.mark.parametrize("fmt", ["parquet", "delta", "iceberg"])
 def test_landing_the_same_staged_batch_twice_changes_nothing(tmp_path: Path, fmt: str) -> None:
-    spark = spark_session(SparkConfig(master=SPARK_MASTER), delta=True)
+    spark = spark_session(SparkConfig(master=SPARK_MASTER), delta=True, iceberg=True)
     staging = StagingArea(tmp_path / "staging")
     staging.open()
     lander = Lander(spark, str(tmp_path / "lake"), fmt, compact_min_rows=3)
@@ -185,7 +185,7 @@ def test_a_crash_between_staging_and_landing_relands_without_duplicates(
     assert current is not None and sorted(data_columns(current)) == ["id", "name"]
 
 
-@pytest.mark.parametrize("fmt", ["parquet", "delta"])
+@pytest.mark.parametrize("fmt", ["parquet", "delta", "iceberg"])
 def test_unchanged_toast_values_land_from_the_previous_state(capture: Any, fmt: str) -> None:
     cap: Capture = capture(chunk_size=100, sink="spark", sink_format=fmt)
     s = f'"{cap.schema}"'

@@ -269,6 +269,8 @@ FLOAT_SETTINGS = [
     ("source", "chunk_timeout_s", SOURCE.replace("[source]\n", "[source]\n{line}\n")),
     ("sink", "compact_ratio", SOURCE + '[sink]\nkind = "spark"\n{line}\n'),
     ("sink", "compact_idle_s", SOURCE + '[sink]\nkind = "spark"\n{line}\n'),
+    ("sink", "maintenance_interval_s", SOURCE + '[sink]\nkind = "spark"\n{line}\n'),
+    ("sink", "snapshot_retention_s", SOURCE + '[sink]\nkind = "spark"\n{line}\n'),
     ("spark", "start_timeout_s", SOURCE + '[sink]\nkind = "spark"\n[spark]\n{line}\n'),
     ("state", "shutdown_timeout_s", SOURCE + "[state]\n{line}\n"),
 ]

@@ -126,7 +126,7 @@ def test_points_cost_nothing_when_unset() -> None:
         check=False,
     )
     assert done.returncode == 0 and not done.stderr
-    assert len(POINTS) == 14
+    assert len(POINTS) == 16
 
 
 def test_every_point_is_in_the_fault_matrix_and_the_module_docstring() -> None:

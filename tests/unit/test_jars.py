@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from snapshotter.sinks.spark import jars
-from snapshotter.sinks.spark.jars import MissingJarsError, delta_jars, jars_dir, jdbc_jar
+from snapshotter.sinks.spark.jars import (
+    MissingJarsError,
+    delta_jars,
+    iceberg_jars,
+    jars_dir,
+    jdbc_jar,
+)
 
 VERSIONS = {"delta-spark": "4.4.1", "pyspark": "4.2.0"}
 DELTA = ["delta-spark_4.2_2.13-4.4.0.jar", "delta-storage-4.4.0.jar"]
@@ -127,3 +133,22 @@ def test_provisioned_for_real():
         pytest.skip(str(exc))
     assert any(p.name.startswith("delta-spark_") for p in found)
     assert all(p.is_file() for p in found)
+
+
+ICEBERG = ["iceberg-spark-runtime-4.2_2.13-1.12.0.jar"]
+
+
+def test_iceberg_jars_for_the_installed_pyspark_the_newest_version(root):
+    provision(root / "iceberg-1.9.2-spark4.2", ["old.jar"])
+    provision(root / "iceberg-1.12.0-spark4.2", ICEBERG)  # 1.12 > 1.9, not as text
+    provision(root / "iceberg-1.13.0-spark4.1", ["other-line.jar"])  # another Spark line
+    assert iceberg_jars() == [root / "iceberg-1.12.0-spark4.2" / ICEBERG[0]]
+
+
+def test_missing_iceberg_jars_say_what_to_run(root):
+    with pytest.raises(MissingJarsError, match=r"Iceberg.*Spark 4\.2.*scripts/spark-jars"):
+        iceberg_jars()
+    provision(root / "iceberg-1.12.0-spark4.2", ICEBERG)
+    (root / "iceberg-1.12.0-spark4.2" / ICEBERG[0]).unlink()
+    with pytest.raises(MissingJarsError, match=r"listed in .* but not there"):
+        iceberg_jars()

@@ -97,7 +97,7 @@ def iceberg_jars() -> list[Path]:
     ``iceberg-*-spark<major.minor>`` directory scripts/spark-jars filled (its version is pinned
     there per Spark line)."""
     spark = ".".join(_installed("pyspark").split(".")[:2])
-    found = sorted(jars_dir().glob(f"iceberg-*-spark{spark}"))
+    found = sorted(jars_dir().glob(f"iceberg-*-spark{spark}"), key=_iceberg_version)
     if not found:
         raise _missing(
             f"Apache Iceberg's runtime for Spark {spark}",
@@ -105,6 +105,12 @@ def iceberg_jars() -> list[Path]:
         )
     directory = found[-1]
     return _listed(directory, f"Apache Iceberg's runtime for {directory.name}")
+
+
+def _iceberg_version(directory: Path) -> tuple[int, ...]:
+    """``iceberg-1.12.0-spark4.1`` -> (1, 12, 0): the newest of several is taken."""
+    version = directory.name.split("-")[1]
+    return tuple(int(p) if p.isdigit() else -1 for p in version.split("."))
 
 
 def jdbc_jar(kind: JdbcKind) -> Path:

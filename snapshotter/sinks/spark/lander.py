@@ -84,6 +84,7 @@ from snapshotter.sinks.spark import bases
 from snapshotter.sinks.spark.appends import KnownKeys, Plan
 from snapshotter.sinks.spark.files import replace_partition
 from snapshotter.sinks.spark.formats.delta import land_delta
+from snapshotter.sinks.spark.formats.iceberg import IcebergPolicy, IcebergTables
 from snapshotter.sinks.spark.latest import quote, reduce_latest
 from snapshotter.sinks.spark.staging import StagedBatch, StagedTable
 from snapshotter.sinks.spark.types import (
@@ -93,7 +94,7 @@ from snapshotter.sinks.spark.types import (
 
 log = logging.getLogger(__name__)
 
-Format = Literal["parquet", "delta"]
+Format = Literal["parquet", "delta", "iceberg"]
 
 META_FILE = "_snapshotter.json"
 META_VERSION = 1
@@ -179,6 +180,7 @@ class Lander:
         *,
         compact_ratio: float = 0.5,
         compact_min_rows: int = 100_000,
+        iceberg: IcebergPolicy | None = None,
     ) -> None:
         self.spark = spark
         self.root = root.rstrip("/")
@@ -194,6 +196,18 @@ class Lander:
         # READ rows that are appends needing no merge (``landing.appends``).
         self._known: dict[TableId, KnownKeys] = {}
         self._writes_checked: set[TableId] = set()  # tables ``_writing`` has looked at
+        self._iceberg = (
+            IcebergTables(spark, self.root, iceberg or IcebergPolicy())
+            if fmt == "iceberg"
+            else None
+        )
+
+    @property
+    def iceberg(self) -> IcebergTables:
+        """The Iceberg tables (format "iceberg" only)."""
+        if self._iceberg is None:
+            raise LandingError(f"{self.root} is landed as {self.format}, not as Iceberg tables")
+        return self._iceberg
 
     # ------------------------------------------------------------------ paths and metadata
 
@@ -295,7 +309,9 @@ class Lander:
         self._writing(table, meta)
         if meta is None:
             meta = TableMeta(table.schema or "", table.table, self.format, keys)
-            if self.format == "parquet":
+            if self.format == "parquet" or (
+                self._iceberg is not None and self._iceberg.fresh(table)
+            ):
                 self._known[table] = KnownKeys(keys)
         if meta.format != self.format:
             raise LandingError(
@@ -316,7 +332,13 @@ class Lander:
             if column not in meta.unavailable_columns:
                 meta.unavailable_columns.append(column)
         appended = 0  # rows that went straight into the base (parquet)
-        if self.format == "delta":
+        if self._iceberg is not None:
+            appended, usable = self._iceberg.land(
+                table, meta, parts, lo, hi, truncated_at, self._known.get(table)
+            )
+            if not usable:
+                self._known.pop(table, None)
+        elif self.format == "delta":
             batch = self.spark.read.option("mergeSchema", "true").parquet(
                 *[str(s.file) for s in staged]
             )
@@ -349,6 +371,8 @@ class Lander:
         """Compact every table with a tail (see ``compaction_due``): the sink calls this when
         it closes, and when nothing has landed for a while (then ``respect_holds``: not the
         tables being snapshotted)."""
+        if self._iceberg is not None:  # table maintenance instead
+            return self._iceberg.maintain_due()
         done = []
         for table, meta in list(self._metas.items()):
             if respect_holds and self.hold_compaction(table):
@@ -359,7 +383,10 @@ class Lander:
         return done
 
     def has_tails(self) -> bool:
-        """Whether a plain reader of some table's ``current/`` would miss landed rows."""
+        """Whether a plain reader of some table's ``current/`` would miss landed rows (Iceberg:
+        whether a table is due its maintenance)."""
+        if self._iceberg is not None:
+            return self._iceberg.maintenance_due()
         return any(self.compaction_due(meta, idle=True) for meta in self._metas.values())
 
     def waiting_compactions(self) -> list[TableId]:
@@ -562,6 +589,8 @@ class Lander:
         meta = self.meta(table)
         if meta is None:
             return None
+        if self._iceberg is not None:
+            return self._iceberg.current(table)
         if self.format == "delta":
             return self.spark.read.format("delta").load(f"{self.table_path(table)}/current")
         return self._merged(table, meta)
@@ -569,6 +598,8 @@ class Lander:
     def changelog(self, table: TableId) -> DataFrame | None:
         if self.meta(table) is None:
             return None
+        if self._iceberg is not None:
+            return self._iceberg.changelog(table)
         path = f"{self.table_path(table)}/changelog"
         if self.format == "delta":
             return self.spark.read.format("delta").load(path)

@@ -1,5 +1,5 @@
-"""The one SparkSession of the process, built from ``[spark]`` (and Delta's jars for
-``format = "delta"``).
+"""The one SparkSession of the process, built from ``[spark]`` (and Delta's or Iceberg's jars
+for ``format = "delta"`` / ``"iceberg"``).
 
 Starting Spark costs about ten seconds, so the session is made once and kept: every landing
 and every ``verify`` of the process uses it. Delta's jars are provisioned ahead of time by
@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _session: SparkSession | None = None
 _with_delta = False
+_with_iceberg = False
 _where = ""  # _where_of the session's config
 
 # Defaults the user's [spark] conf may override.
@@ -59,11 +60,24 @@ DELTA_CONF = {
 }
 
 
+ICEBERG_EXTENSION = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+
+
 def _delta_provisioned() -> bool:
     from snapshotter.sinks.spark.jars import MissingJarsError, delta_jars
 
     try:
         delta_jars()
+    except MissingJarsError:
+        return False
+    return True
+
+
+def _iceberg_provisioned() -> bool:
+    from snapshotter.sinks.spark.jars import MissingJarsError, iceberg_jars
+
+    try:
+        iceberg_jars()
     except MissingJarsError:
         return False
     return True
@@ -79,13 +93,17 @@ def _delta_note(required: bool, loaded: bool) -> str:
     return ""
 
 
-def spark_session(config: SparkConfig, *, delta: bool = False) -> SparkSession:
+def spark_session(
+    config: SparkConfig, *, delta: bool = False, iceberg: bool = False
+) -> SparkSession:
     """The process's session, made on first use.
 
-    With ``delta``, Delta's jars must be there. Without it, the session still loads Delta
-    when its jars are provisioned: there is one session per process, and Delta cannot be
-    added to a running one, so a later Delta landing or verify in the same process works."""
-    global _session, _with_delta, _where
+    With ``delta`` (``iceberg``), Delta's (Iceberg's) jars must be there. Without it, the
+    session still loads them when they are provisioned: there is one session per process,
+    and jars and SQL extensions cannot be added to a running one, so a later Delta or
+    Iceberg landing or verify in the same process works. (Iceberg's catalogs are set at run
+    time, by the lander: ``formats.iceberg``.)"""
+    global _session, _with_delta, _with_iceberg, _where
     where = _where_of(config)
     with _lock:
         if _session is not None and _where != where:
@@ -102,11 +120,21 @@ def spark_session(config: SparkConfig, *, delta: bool = False) -> SparkSession:
                     "the Spark session of this process was started without Delta; Delta needs "
                     "its jars at session start"
                 )
+            if iceberg and not _with_iceberg:
+                raise RuntimeError(
+                    "the Spark session of this process was started without Iceberg; Iceberg "
+                    "needs its jars at session start"
+                )
             return _session
         from pyspark.sql import SparkSession
 
         required = delta
         delta = delta or _delta_provisioned()
+        if iceberg:
+            from snapshotter.sinks.spark.jars import iceberg_jars
+
+            iceberg_jars()  # missing jars fail here, with the fix
+        iceberg = iceberg or _iceberg_provisioned()
         if config.remote is not None:
             return _connect(config)
         builder = SparkSession.builder.appName(config.app_name).master(config.master)
@@ -126,11 +154,18 @@ def spark_session(config: SparkConfig, *, delta: bool = False) -> SparkSession:
             if config.master.startswith("local"):
                 # Delta's log replay defaults to 50 partitions: 50 tasks per MERGE for nothing.
                 conf["spark.databricks.delta.snapshotPartitions"] = "2"
-            jars = ",".join(str(p) for p in delta_jars())
-            extra = config.conf.get("spark.jars")
-            conf["spark.jars"] = f"{jars},{extra}" if extra else jars
+            conf["spark.jars"] = ",".join(str(p) for p in delta_jars())
+        if iceberg:
+            from snapshotter.sinks.spark.jars import iceberg_jars
+
+            extensions = [conf.get("spark.sql.extensions"), ICEBERG_EXTENSION]
+            conf["spark.sql.extensions"] = ",".join(e for e in extensions if e)
+            jars = [conf.get("spark.jars"), *(str(p) for p in iceberg_jars())]
+            conf["spark.jars"] = ",".join(j for j in jars if j)
         for key, value in config.conf.items():
-            if key != "spark.jars" or not delta:
+            if key in ("spark.jars", "spark.sql.extensions") and key in conf:
+                conf[key] = f"{conf[key]},{value}"  # the user's come after ours
+            else:
                 conf[key] = value
         for key, value in conf.items():
             builder = builder.config(key, value)
@@ -143,7 +178,7 @@ def spark_session(config: SparkConfig, *, delta: bool = False) -> SparkSession:
         session: SparkSession = bounded_start(
             config, builder.getOrCreate, first_job=not local, configure=_quiet
         )
-        _session, _with_delta, _where = session, delta, where
+        _session, _with_delta, _with_iceberg, _where = session, delta, iceberg, where
         return session
 
 
@@ -202,6 +237,6 @@ def _connect(config: SparkConfig) -> SparkSession:
         raise RuntimeError(
             f"Spark Connect needs its client libraries ({exc}); install snapshotter[connect]"
         ) from None
-    # Whether Delta works is the server's to say.
-    _session, _with_delta, _where = session, True, _where_of(config)
+    # Whether Delta and Iceberg work is the server's to say.
+    _session, _with_delta, _with_iceberg, _where = session, True, True, _where_of(config)
     return session

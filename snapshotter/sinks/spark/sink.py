@@ -56,6 +56,7 @@ from snapshotter.config import Config
 from snapshotter.core.events import ChangeEvent
 from snapshotter.core.window import ReadBatch, StagedReadBatch
 from snapshotter.sinks.base import Ack, SinkItem
+from snapshotter.sinks.spark.formats.iceberg import IcebergPolicy
 from snapshotter.sinks.spark.lander import Landed, Lander, LandingError, landed_tables
 from snapshotter.sinks.spark.remote_reads import write_remote_reads
 from snapshotter.sinks.spark.staging import StagedBatch, StagingArea
@@ -166,7 +167,9 @@ class SparkSink:
         def session() -> Any:
             from snapshotter.sinks.spark.session import spark_session
 
-            return spark_session(config.spark, delta=sink.format == "delta")
+            return spark_session(
+                config.spark, delta=sink.format == "delta", iceberg=sink.format == "iceberg"
+            )
 
         def open_lander() -> Lander:
             spark = session()
@@ -176,6 +179,12 @@ class SparkSink:
                 sink.format,
                 compact_ratio=sink.compact_ratio,
                 compact_min_rows=sink.compact_min_rows,
+                iceberg=IcebergPolicy(
+                    catalog=sink.catalog,
+                    maintenance_interval_s=sink.maintenance_interval_s,
+                    snapshot_retention_s=sink.snapshot_retention_s,
+                    snapshots_kept=sink.snapshots_kept,
+                ),
             )
             # Every landed table, landed again or not: what a crash left cleared, and its
             # tail folded in at close (compact_idle), so current/ is exact after any run.

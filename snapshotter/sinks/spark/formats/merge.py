@@ -1,7 +1,8 @@
 """The position-guarded merge of a batch's latest events into a current-state table, as the
 clauses of a MERGE (Delta's ``DeltaTable.merge``, Spark's ``DataFrame.mergeInto`` for DSv2
-tables such as Iceberg's): the target is ``t``, the batch's latest event per key ``s``
-(``latest.reduce_latest(..., keep_deletes=True, restarted=RESTARTED)``).
+tables such as Iceberg's): the target is ``t`` (Delta's alias; for ``mergeInto``, the
+table's quoted name), the batch's latest event per key ``s`` (its alias; the rows of
+``latest.reduce_latest(..., keep_deletes=True, restarted=RESTARTED)``).
 
 The rule: a row is updated or deleted only by an event with a higher ``__pos``, so merging a
 batch again matches nothing; a key the target does not have is inserted unless deleted.
@@ -30,19 +31,24 @@ class MergeClauses:
     inserts: dict[str, str | Column]
 
 
-def _t(column: str) -> Column:
-    return F.col(f"t.{quote(column)}")
-
-
-def _s(column: str) -> Column:
-    return F.col(f"s.{quote(column)}")
-
-
 def position_merge(
-    keys: Sequence[str], columns: Sequence[str], unavailable_columns: Sequence[str]
+    keys: Sequence[str],
+    columns: Sequence[str],
+    unavailable_columns: Sequence[str],
+    *,
+    target: str = "t",
+    source: str = "s",
 ) -> MergeClauses:
     """The clauses for landed ``columns`` (the batch's, without ``RESTARTED``) keyed by
-    ``keys``; ``unavailable_columns``: those ever landed unavailable for the table."""
+    ``keys``; ``unavailable_columns``: those ever landed unavailable for the table.
+    ``target`` and ``source``: how the merge names the two sides (already quoted)."""
+
+    def _t(column: str) -> Column:
+        return F.col(f"{target}.{quote(column)}")
+
+    def _s(column: str) -> Column:
+        return F.col(f"{source}.{quote(column)}")
+
     on = all_of([_t(k) == _s(k) for k in keys])
     newer = _t(POS) < _s(POS)
     is_delete = _s(OP) == "d"
@@ -50,11 +56,11 @@ def position_merge(
     s_missing = F.coalesce(_s(UNAVAILABLE), no_columns())
     updates: dict[str, str | Column] = {}
     for c in columns:
-        source = _s(c)
+        value = _s(c)
         if c in unavailable_columns:
             missing = F.array_contains(s_missing, F.lit(c)) & ~restarted
-            source = F.when(missing, _t(c)).otherwise(source)
-        updates[quote(c)] = source
+            value = F.when(missing, _t(c)).otherwise(value)
+        updates[quote(c)] = value
     if unavailable_columns:
         # Still unavailable: what the event lacked and the target's row lacked too.
         t_missing = F.coalesce(_t(UNAVAILABLE), no_columns())

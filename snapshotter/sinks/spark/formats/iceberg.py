@@ -1,0 +1,355 @@
+"""The Iceberg format: per source table two Apache Iceberg tables in a Spark catalog,
+``<catalog>.<schema>.<table>`` (the current state) and ``<catalog>.<schema>.<table>_changelog``
+(every event, append-only).
+
+* The catalog: ``[sink] catalog``, one the user configured under ``[spark] conf`` (REST, Hive,
+  Glue, Nessie...), or by default ``snapshotter``, a Hadoop (path) catalog whose warehouse is
+  the landing root, set up here at run time (catalogs are read from the session's settings
+  when first used; Iceberg's jars and SQL extensions are loaded at session start, see
+  ``session``). In a process that lands into two roots, the second gets a catalog of its own
+  (``snapshotter_<hash>``): a catalog's warehouse cannot change once used.
+* The changelog: each landing replaces exactly the batches it lands (one atomic
+  ``overwrite(__batch BETWEEN lo AND hi)``), so landing a batch twice changes nothing.
+* The current state: format-version 3, merge-on-read for MERGE, UPDATE and DELETE, so a
+  landing writes in proportion to its batch (new data files for what changed, deletion
+  vectors for what they replace; no data file is rewritten). READ rows of keys the table
+  never had are appended with no merge (``appends.KnownKeys`` decides, as for Parquet); the
+  rest is merged under the position rule (``formats.merge``): a row is replaced only by an
+  event of a higher ``__pos``, so merging again matches nothing.
+* Maintenance (``maintain``), when the lander is idle, at most once per
+  ``maintenance_interval_s`` per table: ``rewrite_data_files`` (small files, and data files
+  with deletion vectors, rewritten), ``expire_snapshots`` (older than
+  ``snapshot_retention_s``, the last ``snapshots_kept`` always kept).
+
+Crash safety: every commit is atomic. A table is appended to only while this process has
+landed it from its start (its metadata did not exist and nor did the table): after a crash
+between commits the table exists, and every row goes through the merge, which is idempotent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from snapshotter.common.faults import failpoint
+from snapshotter.sinks.spark.appends import KnownKeys
+from snapshotter.sinks.spark.formats.merge import position_merge
+from snapshotter.sinks.spark.latest import RESTARTED, quote, reduce_latest
+from snapshotter.sinks.spark.staging import StagedTable
+from snapshotter.sinks.spark.types import BATCH, POS
+
+if TYPE_CHECKING:
+    from signals.names import TableId
+    from snapshotter.sinks.spark.lander import TableMeta
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CATALOG = "snapshotter"
+CHANGELOG_SUFFIX = "_changelog"
+# The current state: deletes and updates as deletion vectors (format 3), never rewriting a
+# data file at landing; maintenance folds them in.
+CURRENT_PROPERTIES = {
+    "format-version": "3",
+    "write.delete.mode": "merge-on-read",
+    "write.update.mode": "merge-on-read",
+    "write.merge.mode": "merge-on-read",
+}
+CHANGELOG_PROPERTIES = {"format-version": "3"}
+_SOURCE = "`__snapshotter_s`"  # the batch's side of a MERGE
+# A staged part's appends and the rest, written apart beside it (Spark skips files whose
+# names start with "." or "_", even when named).
+SPLIT = "iceberg-split-"
+# rewrite_data_files: a file group is rewritten once it has this many small files, or a
+# data file once it has any deleted rows (its deletion vector is folded in).
+REWRITE_OPTIONS = {"min-input-files": "5", "delete-file-threshold": "1"}
+
+
+@dataclass(frozen=True)
+class IcebergPolicy:
+    """``[sink]``'s Iceberg settings."""
+
+    catalog: str | None = None
+    maintenance_interval_s: float = 600.0
+    snapshot_retention_s: float = 7 * 86_400.0
+    snapshots_kept: int = 10
+
+
+class IcebergError(RuntimeError):
+    """The catalog cannot be used as configured; the message says what to set."""
+
+
+def _hadoop_catalog(spark: SparkSession, root: str) -> str:
+    """The name of a Hadoop catalog whose warehouse is ``root``, set up in the session."""
+    warehouse = root if "://" in root else str(Path(root).resolve())
+    name = DEFAULT_CATALOG
+    taken = spark.conf.get(f"spark.sql.catalog.{name}.warehouse", None)
+    if taken is not None and taken != warehouse:
+        name = f"{DEFAULT_CATALOG}_{hashlib.sha256(warehouse.encode()).hexdigest()[:8]}"
+    spark.conf.set(f"spark.sql.catalog.{name}", "org.apache.iceberg.spark.SparkCatalog")
+    spark.conf.set(f"spark.sql.catalog.{name}.type", "hadoop")
+    spark.conf.set(f"spark.sql.catalog.{name}.warehouse", warehouse)
+    return name
+
+
+class IcebergTables:
+    """The Iceberg tables under one landing root."""
+
+    def __init__(self, spark: SparkSession, root: str, policy: IcebergPolicy) -> None:
+        self.spark = spark
+        self.policy = policy
+        if policy.catalog is None:
+            self.catalog = _hadoop_catalog(spark, root)
+        else:
+            self.catalog = policy.catalog
+            if spark.conf.get(f"spark.sql.catalog.{self.catalog}", None) is None:
+                raise IcebergError(
+                    f'[sink] catalog = "{self.catalog}" is not a Spark catalog of this session: '
+                    f"set spark.sql.catalog.{self.catalog} = "
+                    '"org.apache.iceberg.spark.SparkCatalog" and its type or uri under [spark] '
+                    "conf, or remove catalog to use the landing path as a Hadoop catalog"
+                )
+        self._maintained_at: dict[TableId, float] = {}  # monotonic time of the last
+        self._landed: set[TableId] = set()  # landed since their last maintenance
+        self._appended_through: dict[TableId, int] = {}  # batches appended (a retried land)
+
+    # ------------------------------------------------------------------ names
+
+    def current_name(self, table: TableId) -> str:
+        """The current-state table's name, quoted: ``catalog.schema.table``."""
+        return ".".join(quote(p) for p in (self.catalog, table.schema or "", table.table))
+
+    def changelog_name(self, table: TableId) -> str:
+        return ".".join(
+            quote(p) for p in (self.catalog, table.schema or "", table.table + CHANGELOG_SUFFIX)
+        )
+
+    def _exists(self, name: str) -> bool:
+        return bool(self.spark.catalog.tableExists(name))
+
+    def _create(self, name: str, like: DataFrame, properties: dict[str, str]) -> None:
+        namespace = name.rsplit(".", 1)[0]
+        self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace}")
+        writer = like.limit(0).writeTo(name).using("iceberg")
+        for key, value in properties.items():
+            writer = writer.tableProperty(key, value)
+        writer.create()
+
+    def _evolve(self, name: str, batch: DataFrame) -> None:
+        """Columns of ``batch`` the table does not have yet, added (a column added at the
+        source); rows landed before read NULL there."""
+        have = set(self.spark.table(name).columns)
+        for field in batch.schema.fields:
+            if field.name not in have:
+                self.spark.sql(
+                    f"ALTER TABLE {name} ADD COLUMN {quote(field.name)} "
+                    f"{field.dataType.simpleString()}"
+                )
+
+    def _conform(self, name: str, rows: DataFrame) -> DataFrame:
+        """``rows`` with the table's columns it lacks as NULLs (a column dropped at the
+        source, or added after these rows were staged), typed as the table has them."""
+        have = set(rows.columns)
+        missing = [f for f in self.spark.table(name).schema.fields if f.name not in have]
+        if not missing:
+            return rows
+        return rows.select("*", *[F.lit(None).cast(f.dataType).alias(f.name) for f in missing])
+
+    # ------------------------------------------------------------------ landing
+
+    def fresh(self, table: TableId) -> bool:
+        """Whether the current-state table does not exist (appends may start it)."""
+        return not self._exists(self.current_name(table))
+
+    def land(
+        self,
+        table: TableId,
+        meta: TableMeta,
+        parts: Sequence[tuple[int, StagedTable]],
+        lo: int,
+        hi: int,
+        truncated_at: str | None,
+        known: KnownKeys | None,
+    ) -> tuple[int, bool]:
+        """Land batches ``lo..hi`` of ``table``. Returns the rows appended without a merge,
+        and whether ``known`` may still be used for the next landing."""
+        files = [str(s.file) for _, s in parts]
+        batch = self.spark.read.option("mergeSchema", "true").parquet(*files)
+        changelog = self.changelog_name(table)
+        if self._exists(changelog):
+            self._evolve(changelog, batch)
+            self._conform(changelog, batch).writeTo(changelog).overwrite(
+                F.col(BATCH).between(lo, hi)
+            )
+        else:
+            self._create(changelog, batch, CHANGELOG_PROPERTIES)
+            batch.writeTo(changelog).append()
+        failpoint("spark.iceberg.changelog")  # committed; the current state not yet
+
+        current = self.current_name(table)
+        if not self._exists(current):
+            self._create(current, batch, CURRENT_PROPERTIES)
+        else:
+            self._evolve(current, batch)
+        appended, merged, keep = self._split(table, parts, known)
+        rows = 0
+        try:
+            if appended:
+                rows_in = self.spark.read.option("mergeSchema", "true").parquet(
+                    *[str(p) for p in appended]
+                )
+                self._conform(current, rows_in).writeTo(current).append()
+                self._appended_through[table] = hi
+                failpoint("spark.iceberg.appended")  # committed; the merge not yet
+                rows = sum(pq.ParquetFile(p).metadata.num_rows for p in appended)
+            if truncated_at is not None:
+                self.spark.sql(
+                    f"DELETE FROM {current} WHERE {quote(POS)} < :truncated",
+                    args={"truncated": truncated_at},
+                )
+            if merged:
+                changes = self.spark.read.option("mergeSchema", "true").parquet(
+                    *[str(p) for p in merged]
+                )
+                self._merge(current, meta, changes, truncated_at)
+        finally:
+            for path in (*appended, *merged):
+                if path.name.startswith(SPLIT):
+                    path.unlink(missing_ok=True)
+        self._landed.add(table)
+        return rows, keep
+
+    def _split(
+        self, table: TableId, parts: Sequence[tuple[int, StagedTable]], known: KnownKeys | None
+    ) -> tuple[list[Path], list[Path], bool]:
+        """The staged files to append and to merge: with ``known``, each part's READ rows of
+        keys never landed are appended (written apart with pyarrow when the part has other
+        rows too), the rest merged; without it, everything is merged."""
+        appended: list[Path] = []
+        merged: list[Path] = []
+        done = self._appended_through.get(table, 0)
+        for seq, part in parts:
+            if known is None or part.file.is_dir() or seq <= done:
+                # A part appended by a landing that then failed is merged when retried
+                # (merging is idempotent, appending twice is not).
+                known = None
+                merged.append(part.file)
+                continue
+            rows = pq.read_table(part.file)
+            plan = known.plan(rows)
+            if plan is None:
+                known = None
+                merged.append(part.file)
+                continue
+            if plan.appended == rows.num_rows:
+                appended.append(part.file)
+            elif plan.appended:
+                others = np.ones(rows.num_rows, dtype=bool)
+                others[plan.appends.to_numpy()] = False
+                target = part.file.parent / f"{SPLIT}{part.file.stem}-appends.parquet"
+                pq.write_table(rows.take(plan.appends), target)
+                appended.append(target)
+                target = part.file.parent / f"{SPLIT}{part.file.stem}-merged.parquet"
+                pq.write_table(rows.filter(pa.array(others)), target)
+                merged.append(target)
+            else:
+                merged.append(part.file)
+            if not known.record(plan.ranges, seq):
+                known = None
+        return appended, merged, known is not None
+
+    def _merge(
+        self, current: str, meta: TableMeta, batch: DataFrame, truncated_at: str | None
+    ) -> None:
+        changes = reduce_latest(
+            batch,
+            meta.key_columns,
+            meta.unavailable_columns,
+            keep_deletes=True,
+            after=truncated_at,
+            restarted=RESTARTED,
+        )
+        columns = [c for c in changes.columns if c != RESTARTED]
+        clauses = position_merge(
+            meta.key_columns, columns, meta.unavailable_columns, target=current, source=_SOURCE
+        )
+        (
+            changes.alias(_SOURCE.strip("`"))
+            .mergeInto(current, clauses.on)
+            .whenMatched(clauses.delete_when)
+            .delete()
+            .whenMatched(clauses.update_when)
+            .update(clauses.updates)  # type: ignore[arg-type]
+            .whenNotMatched(clauses.insert_when)
+            .insert(clauses.inserts)  # type: ignore[arg-type]
+            .merge()
+        )
+
+    # ------------------------------------------------------------------ maintenance
+
+    def maintenance_due(self, table: TableId | None = None) -> bool:
+        tables = self._landed if table is None else {table} & self._landed
+        now = time.monotonic()
+        return any(
+            now - self._maintained_at.get(t, -1e18) >= self.policy.maintenance_interval_s
+            for t in tables
+        )
+
+    def maintain_due(self) -> list[TableId]:
+        """Maintain every table due (see ``maintenance_due``); returns them."""
+        done = [t for t in sorted(self._landed, key=str) if self.maintenance_due(t)]
+        for table in done:
+            self.maintain(table)
+        return done
+
+    def maintain(self, table: TableId) -> None:
+        started = time.monotonic()
+        older = datetime.fromtimestamp(time.time() - self.policy.snapshot_retention_s, UTC)
+        options = ", ".join(f"'{k}', '{v}'" for k, v in REWRITE_OPTIONS.items())
+        for name in (self.current_name(table), self.changelog_name(table)):
+            if not self._exists(name):
+                continue
+            # The whole name: a procedure resolves 'schema.table' trying schema as a catalog.
+            ident = name.replace("\\", "\\\\").replace("'", "\\'")
+            self.spark.sql(
+                f"CALL {quote(self.catalog)}.system.rewrite_data_files("
+                f"table => '{ident}', options => map({options}))"
+            ).collect()
+            self.spark.sql(
+                f"CALL {quote(self.catalog)}.system.expire_snapshots(table => '{ident}', "
+                f"older_than => TIMESTAMP '{older:%Y-%m-%d %H:%M:%S.%f}', "
+                f"retain_last => {self.policy.snapshots_kept})"
+            ).collect()
+        self._maintained_at[table] = time.monotonic()
+        self._landed.discard(table)
+        log.info("%s: Iceberg tables maintained in %.1f s", table, time.monotonic() - started)
+
+    # ------------------------------------------------------------------ reading
+
+    def metadata_location(self, table: TableId) -> str | None:
+        """Where the current-state table's newest metadata file is (for readers outside
+        Spark: ``pyiceberg.table.StaticTable.from_metadata``); None: no such table."""
+        name = self.current_name(table)
+        if not self._exists(name):
+            return None
+        newest = self.spark.sql(
+            f"SELECT file FROM {name}.metadata_log_entries ORDER BY timestamp DESC LIMIT 1"
+        ).collect()
+        return str(newest[0]["file"]) if newest else None
+
+    def current(self, table: TableId) -> DataFrame:
+        return self.spark.table(self.current_name(table))
+
+    def changelog(self, table: TableId) -> DataFrame:
+        return self.spark.table(self.changelog_name(table))
