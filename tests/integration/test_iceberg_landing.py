@@ -8,9 +8,25 @@ rewritten); maintenance. Crashes between a landing's commits: tests/integration/
 
 from __future__ import annotations
 
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
 import pytest
 
-from tests.integration.test_convergence import Source, _matrix, source, spark_converges
+from tests.integration.test_convergence import (
+    CHANGES,
+    CHUNK,
+    ROWS,
+    Source,
+    Timer,
+    _matrix,
+    snapshot_under_writer,
+    source,
+    spark_converges,
+    wait_for,
+)
 
 __all__ = ["source"]  # the fixture, used by name
 
@@ -28,3 +44,82 @@ def test_the_iceberg_landing_converges_under_a_concurrent_random_writer(
     source: Source, scenario: str
 ) -> None:
     spark_converges(source, scenario, fmt="iceberg")
+
+
+class _Reader(threading.Thread):
+    """Reads the current-state table over and over while the engine lands it, with pyiceberg
+    from the newest metadata file a Hadoop catalog names (no Spark): in any one read no key
+    twice, and per key never an older ``__pos`` after a newer one was read."""
+
+    def __init__(self, table_dir: Path, key: list[str]) -> None:
+        super().__init__(daemon=True, name="iceberg-reader")
+        self.table_dir, self.key = table_dir, key
+        self.stop = threading.Event()
+        self.seen: dict[tuple[Any, ...], str] = {}
+        self.versions: set[str] = set()
+        self.reads = 0
+        self.problems: list[str] = []
+
+    def _newest(self) -> Path | None:
+        hint = self.table_dir / "metadata" / "version-hint.text"
+        if not hint.exists():
+            return None
+        version = hint.read_text(encoding="utf-8").strip()
+        return self.table_dir / "metadata" / f"v{version}.metadata.json"
+
+    def run(self) -> None:
+        from pyiceberg.table import StaticTable
+
+        while not self.stop.is_set() and len(self.problems) < 5:
+            metadata = self._newest()
+            if metadata is None:
+                time.sleep(0.1)
+                continue
+            rows = (
+                StaticTable.from_metadata(str(metadata))
+                .scan(selected_fields=(*self.key, "__pos"))
+                .to_arrow()
+                .to_pylist()
+            )
+            self.reads += 1
+            self.versions.add(metadata.name)
+            keys = [tuple(r[k] for k in self.key) for r in rows]
+            if len(set(keys)) != len(keys):
+                self.problems.append(f"{metadata.name}: {len(keys) - len(set(keys))} keys twice")
+            for key, row in zip(keys, rows, strict=True):
+                before = self.seen.get(key)
+                if before is not None and row["__pos"] < before:
+                    self.problems.append(f"{metadata.name}: key {key} went back to an older row")
+                self.seen[key] = max(before or "", row["__pos"])
+
+
+@pytest.mark.parametrize("source", ["postgres"], indirect=True)
+def test_a_reader_during_landing_and_maintenance_never_sees_a_key_twice_or_going_back(
+    source: Source,
+) -> None:
+    """The snapshot under the random writer, then the writer and the engine going on with
+    maintenance at every idle second: a reader of every table version meanwhile."""
+    cap = source.capture(
+        chunk_size=CHUNK,
+        sink="spark",
+        sink_format="iceberg",
+        sink_config="compact_idle_s = 1\nmaintenance_interval_s = 0",
+    )
+    table_dir = cap.directory / "lake" / cap.schema / "items"
+    reader = _Reader(table_dir, list(source.tables["items"].key))
+    reader.start()
+    try:
+        table, _, pacer = snapshot_under_writer(source, cap, "items", Timer(), timeout=240)
+        writer = source.writer(cap, table, ROWS, changes=None, seed=7, rate=300)
+        with writer:
+            engine = cap.start()
+            wait_for(lambda: len(reader.versions) >= 8, "8 table versions", timeout=120)
+            assert engine.stop(timeout=120) == 0
+        assert cap.run(timeout=120) == 0
+    finally:
+        reader.stop.set()
+        reader.join(60)
+    assert not reader.problems, reader.problems
+    assert reader.reads >= 10, reader.reads
+    assert pacer.during >= CHANGES
+    assert cap.landed_rows(table.name) == cap.source_rows(table.name)
