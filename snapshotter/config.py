@@ -345,11 +345,12 @@ class SinkConfig(_Section):
     # spark: "parquet" (plain Parquet files, merge-on-read current state), "delta" or
     # "iceberg" (Apache Iceberg tables in a catalog: see catalog).
     format: Literal["parquet", "delta", "iceberg"] = "parquet"
-    # spark, iceberg format: the Spark catalog the tables are kept in, one namespace per
-    # source schema: <catalog>.<schema>.<table> and <catalog>.<schema>.<table>_changelog.
-    # Unset: "snapshotter", a Hadoop (path) catalog whose warehouse is path, set up by the
-    # sink (nothing to configure). Any other name: a catalog configured under [spark] conf
-    # (spark.sql.catalog.<name> = ...: REST, Hive, Glue, Nessie...).
+    # spark, iceberg and delta formats: the Spark catalog the tables are kept in (delta:
+    # registered in), one namespace per source schema: <catalog>.<schema>.<table> and
+    # <catalog>.<schema>.<table>_changelog. Unset: iceberg, "snapshotter", a Hadoop (path)
+    # catalog whose warehouse is path, set up by the sink (nothing to configure); delta, none
+    # (tables by path). Any other name: a catalog configured under [spark] conf
+    # (spark.sql.catalog.<name> = ...: REST, Hive, Glue, Nessie, Unity...).
     catalog: str | None = Field(default=None, min_length=1, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     # spark, iceberg format: table maintenance, run when the lander is idle (after
     # compact_idle_s of quiet, and when the sink closes) at most once per this many seconds
@@ -456,11 +457,12 @@ class SinkConfig(_Section):
         return self
 
     @model_validator(mode="after")
-    def _catalog_for_iceberg(self) -> SinkConfig:
-        if self.catalog is not None and (self.kind != "spark" or self.format != "iceberg"):
+    def _catalog_for_tables(self) -> SinkConfig:
+        if self.catalog is not None and (self.kind != "spark" or self.format == "parquet"):
             raise ValueError(
                 f'catalog = "{self.catalog}": a catalog holds the tables of the spark sink\'s '
-                'iceberg format only; set kind = "spark" and format = "iceberg", or remove it'
+                'iceberg and delta formats; set kind = "spark" and format = "iceberg" or '
+                '"delta", or remove it (parquet is plain directories)'
             )
         return self
 

@@ -72,6 +72,36 @@ class _Scannable(Protocol):
     def to_batches(self, columns: list[str]) -> Iterator[pa.RecordBatch]: ...
 
 
+class _DeltaScan:
+    """A Delta table read by deltalake (delta-rs: Rust, no Spark) through its SQL engine:
+    ``DeltaTable.to_pyarrow_dataset`` refuses tables with deletion vectors, its
+    ``QueryBuilder`` reads them."""
+
+    def __init__(self, uri: str) -> None:
+        from deltalake import DeltaTable
+
+        self.table = DeltaTable(uri)
+        self.schema: pa.Schema = pa.schema(self.table.schema().to_arrow())
+
+    def to_batches(self, columns: list[str]) -> Iterator[pa.RecordBatch]:
+        from deltalake import QueryBuilder
+
+        names = ", ".join('"' + c.replace('"', '""') + '"' for c in columns)
+        found = QueryBuilder().register("t", self.table).execute(f"SELECT {names} FROM t")
+        for batch in pa.RecordBatchReader.from_stream(found):
+            # Its SQL engine gives string and binary views: the types hashed here are the
+            # plain ones (the same values).
+            yield batch.cast(pa.schema([_without_views(f) for f in batch.schema]))
+
+
+def _without_views(field: pa.Field) -> pa.Field:
+    if pa.types.is_string_view(field.type):
+        return field.with_type(pa.string())
+    if pa.types.is_binary_view(field.type):
+        return field.with_type(pa.binary())
+    return field
+
+
 class _IcebergScan:
     """An Iceberg table read by pyiceberg from its metadata file (no Spark, no catalog)."""
 
@@ -263,17 +293,17 @@ class PlainReads:
             # Spark's Delta reader is what the landed state is read with; deltalake (Rust,
             # no Spark) when installed.
             try:
-                from deltalake import DeltaTable
+                import deltalake  # noqa: F401
             except ImportError:
                 notes.append("deltalake is not installed: only Spark's Delta reader was checked")
             else:
                 try:
-                    dataset = DeltaTable(self.uri).to_pyarrow_dataset()
+                    scan = _DeltaScan(self.uri)
                 except Exception as exc:
                     failed.append(PlainRead(DELTALAKE, None, f"fails: {_first_line(exc)}"))
                 else:
-                    columns = self._columns(dataset.schema.names)
-                    sides.append((DELTALAKE, _ArrowSide(dataset, self.names, self.keys), columns))
+                    columns = self._columns(scan.schema.names)
+                    sides.append((DELTALAKE, _ArrowSide(scan, self.names, self.keys), columns))
         return sides, failed, notes
 
     def _iceberg_sides(

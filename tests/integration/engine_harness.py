@@ -215,6 +215,8 @@ executors = {self.executors}
                 readers += ["pyarrow", "pandas"]
             if self.config.sink.format == "iceberg":  # through the catalog, and without Spark
                 readers = ["spark", "pyiceberg"]
+            if self.config.sink.format == "delta":  # and delta-rs, without Spark
+                readers = ["spark", "deltalake"]
             for reader in readers:
                 seen = self.plain_landed_rows(table, reader)
                 if reader == "pandas":  # its values are pandas' own types: the keys here
@@ -248,6 +250,11 @@ executors = {self.executors}
                 arrow = lander.spark.sql(
                     f"SELECT * FROM {tables.current_name(self.table_id(table))}"
                 ).toArrow()
+        elif reader == "deltalake":
+            from deltalake import DeltaTable, QueryBuilder
+
+            found = QueryBuilder().register("t", DeltaTable(path)).execute("SELECT * FROM t")
+            arrow = pa.RecordBatchReader.from_stream(found).read_all()
         elif reader == "pyarrow":
             import pyarrow.parquet as pq
 

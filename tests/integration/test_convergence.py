@@ -1056,9 +1056,14 @@ def table_as_json(
         dialect.close()
 
 
-def _tamper_through_the_catalog(cap: Capture, table: str) -> dict[str, Any]:
+def _tamper_with_sql(cap: Capture, table: str) -> dict[str, Any]:
+    """An UPDATE of one row of the landed current state: through the catalog (Iceberg), or by
+    path (Delta)."""
     lander = cap.lander()
-    name = lander.iceberg.current_name(cap.table_id(table))
+    if lander.format == "iceberg":
+        name = lander.iceberg.current_name(cap.table_id(table))
+    else:
+        name = f"delta.`{lander.table_path(cap.table_id(table))}/current`"
     row = lander.spark.sql(f"SELECT * FROM {name} LIMIT 1").collect()[0].asDict()
     key = cap.key_of(table)
     column = next(
@@ -1085,8 +1090,8 @@ def tamper_with_a_landed_row(cap: Capture, table: str) -> dict[str, Any]:
 
     lander = cap.lander()
     table_id = cap.table_id(table)
-    if lander.format == "iceberg":
-        return _tamper_through_the_catalog(cap, table)
+    if lander.format in ("iceberg", "delta"):
+        return _tamper_with_sql(cap, table)
     lander.compact(table_id)
     meta = lander.meta(table_id)
     current = Path(lander.table_path(table_id)) / "current"  # base files: <base>.<file>

@@ -94,8 +94,14 @@ MOMENTS: dict[tuple[str, str], tuple[int, int]] = {
     ("spark.land", "iceberg"): (1, 1),
     ("spark.iceberg.changelog", "iceberg"): (1, 1),
     ("spark.iceberg.appended", "iceberg"): (1, 1),
+    # "delta": the spark sink landing Delta tables.
+    **{(p, "delta"): CHUNK_MOMENTS for p in ("watermark.open", "chunk.select", "window.close")},
+    ("sink.flush", "delta"): (1, 8),
+    ("state.write", "delta"): (1, 8),
+    ("spark.land", "delta"): (1, 1),
 }
-SINKS = ("jsonl", "kafka", "spark", "iceberg")
+SINKS = ("jsonl", "kafka", "spark", "iceberg", "delta")
+TABLE_FORMATS = ("iceberg", "delta")  # the spark sink, landing this format
 
 
 def _points(sink: str) -> list[str]:
@@ -112,6 +118,7 @@ SLICE: list[tuple[str, str, str, int]] = [
     ("mysql", "spark", "sink.flush", 1),
     ("postgres", "iceberg", "spark.iceberg.changelog", 1),
     ("mysql", "iceberg", "spark.iceberg.appended", 1),
+    ("mysql", "delta", "spark.land", 1),
 ]
 
 
@@ -211,11 +218,11 @@ def test_a_hard_crash_then_resume_converges(
     extra: dict[str, Any] = {}
     if sink == "kafka":
         extra["kafka_bootstrap"] = request.getfixturevalue("kafka_bootstrap")
-    if sink == "iceberg":
-        extra["sink_format"] = "iceberg"
+    if sink in TABLE_FORMATS:
+        extra["sink_format"] = sink
     cap = src.capture(
         chunk_size=FAULT_CHUNK,
-        sink="spark" if sink == "iceberg" else sink,
+        sink="spark" if sink in TABLE_FORMATS else sink,
         state_config=f"checkpoint_interval_ms = {CHECKPOINT_MS}",
         **extra,
     )
@@ -245,7 +252,7 @@ def test_a_hard_crash_then_resume_converges(
         discarded = relanded = 0
         if sink == "jsonl":
             discarded = _jsonl_tail(cap, state)
-        elif sink in ("spark", "iceberg"):
+        elif sink in ("spark", *TABLE_FORMATS):
             discarded, relanded = _staged(cap, state)
         resumed = subprocess.run(
             _cli(cap, "resume", "--until-caught-up"),

@@ -83,7 +83,7 @@ from snapshotter.common.faults import failpoint
 from snapshotter.sinks.spark import bases
 from snapshotter.sinks.spark.appends import KnownKeys, Plan
 from snapshotter.sinks.spark.files import replace_partition
-from snapshotter.sinks.spark.formats.delta import land_delta
+from snapshotter.sinks.spark.formats.delta import DeltaTables
 from snapshotter.sinks.spark.formats.iceberg import IcebergPolicy, IcebergTables
 from snapshotter.sinks.spark.latest import quote, reduce_latest
 from snapshotter.sinks.spark.staging import StagedBatch, StagedTable
@@ -181,6 +181,7 @@ class Lander:
         compact_ratio: float = 0.5,
         compact_min_rows: int = 100_000,
         iceberg: IcebergPolicy | None = None,
+        catalog: str | None = None,
     ) -> None:
         self.spark = spark
         self.root = root.rstrip("/")
@@ -196,11 +197,10 @@ class Lander:
         # READ rows that are appends needing no merge (``landing.appends``).
         self._known: dict[TableId, KnownKeys] = {}
         self._writes_checked: set[TableId] = set()  # tables ``_writing`` has looked at
-        self._iceberg = (
-            IcebergTables(spark, self.root, iceberg or IcebergPolicy())
-            if fmt == "iceberg"
-            else None
-        )
+        self._iceberg = None  # the iceberg format's tables (in a catalog)
+        if fmt == "iceberg":
+            self._iceberg = IcebergTables(spark, self.root, iceberg or IcebergPolicy())
+        self._delta = DeltaTables(spark, catalog) if fmt == "delta" else None
 
     @property
     def iceberg(self) -> IcebergTables:
@@ -309,8 +309,10 @@ class Lander:
         self._writing(table, meta)
         if meta is None:
             meta = TableMeta(table.schema or "", table.table, self.format, keys)
-            if self.format == "parquet" or (
-                self._iceberg is not None and self._iceberg.fresh(table)
+            if (
+                self.format == "parquet"
+                or (self._iceberg is not None and self._iceberg.fresh(table))
+                or (self._delta is not None and self._delta.fresh(self.table_path(table)))
             ):
                 self._known[table] = KnownKeys(keys)
         if meta.format != self.format:
@@ -338,11 +340,19 @@ class Lander:
             )
             if not usable:
                 self._known.pop(table, None)
-        elif self.format == "delta":
-            batch = self.spark.read.option("mergeSchema", "true").parquet(
-                *[str(s.file) for s in staged]
+        elif self._delta is not None:
+            appended, usable = self._delta.land(
+                table,
+                self.table_path(table),
+                meta,
+                parts,
+                lo,
+                hi,
+                truncated_at,
+                self._known.get(table),
             )
-            land_delta(self.spark, self.table_path(table), meta, batch, lo, hi, truncated_at)
+            if not usable:
+                self._known.pop(table, None)
         else:
             appended = self._land_parquet(table, meta, parts, lo)
         failpoint("spark.land")

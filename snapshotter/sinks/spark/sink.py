@@ -56,7 +56,8 @@ from snapshotter.config import Config
 from snapshotter.core.events import ChangeEvent
 from snapshotter.core.window import ReadBatch, StagedReadBatch
 from snapshotter.sinks.base import Ack, SinkItem
-from snapshotter.sinks.spark.formats.iceberg import IcebergPolicy
+from snapshotter.sinks.spark.formats.delta import DeltaCatalogError
+from snapshotter.sinks.spark.formats.iceberg import IcebergError, IcebergPolicy
 from snapshotter.sinks.spark.lander import Landed, Lander, LandingError, landed_tables
 from snapshotter.sinks.spark.remote_reads import write_remote_reads
 from snapshotter.sinks.spark.staging import StagedBatch, StagingArea
@@ -179,6 +180,7 @@ class SparkSink:
                 sink.format,
                 compact_ratio=sink.compact_ratio,
                 compact_min_rows=sink.compact_min_rows,
+                catalog=sink.catalog,
                 iceberg=IcebergPolicy(
                     catalog=sink.catalog,
                     maintenance_interval_s=sink.maintenance_interval_s,
@@ -543,7 +545,7 @@ class SparkSink:
                 try:
                     self._lander = self._open_lander()
                 except Exception as exc:  # SparkStartError: said with the address and fix
-                    start = isinstance(exc, SparkStartError)
+                    start = isinstance(exc, SparkStartError | IcebergError | DeltaCatalogError)
                     self._fail(str(exc) if start else f"starting Spark failed: {_first_line(exc)}")
                     return
             self._lander.hold_compaction = self._snapshotting

@@ -1,68 +1,200 @@
-"""The Delta format: the changelog and the current state as Delta tables.
+"""The Delta format: the changelog and the current state as Delta tables, under
+``<path>/<schema>.<table>/changelog`` and ``.../current``.
 
-The changelog is appended per landing, replacing exactly the batches it lands
-(``replaceWhere __batch BETWEEN lo AND hi``), so landing a batch twice changes nothing. The
-current state is updated by one MERGE per landing under the position rule
-(``formats.merge``), so a second landing matches nothing."""
+* The changelog is appended per landing, replacing exactly the batches it lands
+  (``replaceWhere __batch BETWEEN lo AND hi``), so landing a batch twice changes nothing.
+* The current state: deletion vectors and Change Data Feed on (set at creation, and on a
+  table an older version created, when this process first writes it). READ rows of keys the
+  table never had (a first snapshot) are appended with no merge (``formats.split``); the rest
+  is one MERGE per landing under the position rule (``formats.merge``), so merging again
+  matches nothing; with deletion vectors a MERGE marks the rows it replaces instead of
+  rewriting their files.
+* Idempotent appends: each carries Delta's transaction identifiers (``txnAppId`` = this
+  process's landing of this table, ``txnVersion`` = the last batch), so an append that
+  committed before its landing failed is skipped by Delta when the landing is retried. After
+  a crash nothing is appended: appends go only into a table this process created (the next
+  run merges everything, which is idempotent).
+* With ``[sink] catalog`` the two tables are registered there (``<catalog>.<schema>.<table>``
+  and ``..._changelog``, external tables at their locations).
+"""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from snapshotter.sinks.spark.formats.merge import position_merge
+from snapshotter.sinks.spark.formats.split import is_split, split_appends
 from snapshotter.sinks.spark.latest import RESTARTED, quote, reduce_latest
-from snapshotter.sinks.spark.types import BATCH, OP, POS
+from snapshotter.sinks.spark.types import BATCH, POS
 
 if TYPE_CHECKING:
+    from signals.names import TableId
+    from snapshotter.sinks.spark.appends import KnownKeys
     from snapshotter.sinks.spark.lander import TableMeta
+    from snapshotter.sinks.spark.staging import StagedTable
+
+CURRENT_PROPERTIES = {
+    "delta.enableDeletionVectors": "true",
+    "delta.enableChangeDataFeed": "true",
+}
+CHANGELOG_SUFFIX = "_changelog"
 
 
-def land_delta(
-    spark: SparkSession,
-    base: str,
-    meta: TableMeta,
-    batch: DataFrame,
-    lo: int,
-    hi: int,
-    truncated_at: str | None,
-) -> None:
-    """Land batches ``lo..hi`` (``batch``: their rows) of the table at ``base``."""
-    from delta.tables import DeltaTable
+class DeltaCatalogError(RuntimeError):
+    """``[sink] catalog`` names no catalog of the session; the message says what to set."""
 
-    changelog = f"{base}/changelog"
-    writer = batch.write.format("delta").option("mergeSchema", "true")
-    if DeltaTable.isDeltaTable(spark, changelog):
-        writer.mode("overwrite").option(
-            "replaceWhere", f"{quote(BATCH)} >= {lo} AND {quote(BATCH)} <= {hi}"
-        ).save(changelog)
-    else:
-        writer.mode("append").save(changelog)
-    current = f"{base}/current"
-    changes = reduce_latest(
-        batch,
-        meta.key_columns,
-        meta.unavailable_columns,
-        keep_deletes=True,
-        after=truncated_at,
-        restarted=RESTARTED,
-    )
-    columns = [c for c in changes.columns if c != RESTARTED]
-    if not DeltaTable.isDeltaTable(spark, current):
-        inserted = changes.where(F.col(OP) != "d").select(*[F.col(quote(c)) for c in columns])
-        inserted.write.format("delta").mode("append").save(current)
-        return
-    target = DeltaTable.forPath(spark, current)
-    if truncated_at is not None:
-        target.delete(F.col(POS) < F.lit(truncated_at))
-    clauses = position_merge(meta.key_columns, columns, meta.unavailable_columns)
-    (
-        target.alias("t")
-        .merge(changes.alias("s"), clauses.on)
-        .whenMatchedDelete(condition=clauses.delete_when)
-        .whenMatchedUpdate(condition=clauses.update_when, set=clauses.updates)
-        .whenNotMatchedInsert(condition=clauses.insert_when, values=clauses.inserts)
-        .execute()
-    )
+
+class DeltaTables:
+    """The Delta tables under one landing root."""
+
+    def __init__(self, spark: SparkSession, catalog: str | None = None) -> None:
+        self.spark = spark
+        self.catalog = catalog
+        if catalog not in (None, "spark_catalog") and (
+            spark.conf.get(f"spark.sql.catalog.{catalog}", None) is None
+        ):
+            raise DeltaCatalogError(
+                f'[sink] catalog = "{catalog}" is not a Spark catalog of this session: set '
+                f"spark.sql.catalog.{catalog} (and its settings) under [spark] conf, or remove "
+                "catalog to keep the Delta tables by path only"
+            )
+        self._run = uuid.uuid4().hex  # this process's landings (txnAppId)
+        self._appended_through: dict[str, int] = {}  # per current table: batches appended
+        self._checked: set[str] = set()  # current tables whose properties were looked at
+        self._registered: set[TableId] = set()  # in the catalog, by this process
+
+    def _is_delta(self, path: str) -> bool:
+        from delta.tables import DeltaTable
+
+        return bool(DeltaTable.isDeltaTable(self.spark, path))
+
+    def fresh(self, base: str) -> bool:
+        """Whether the current-state table does not exist (appends may start it)."""
+        return not self._is_delta(f"{base}/current")
+
+    def land(
+        self,
+        table: TableId,
+        base: str,
+        meta: TableMeta,
+        parts: Sequence[tuple[int, StagedTable]],
+        lo: int,
+        hi: int,
+        truncated_at: str | None,
+        known: KnownKeys | None,
+    ) -> tuple[int, bool]:
+        """Land batches ``lo..hi`` of the table at ``base``. Returns the rows appended with
+        no merge, and whether ``known`` may still be used for the next landing."""
+        files = [str(s.file) for _, s in parts]
+        batch = self.spark.read.option("mergeSchema", "true").parquet(*files)
+        changelog = f"{base}/changelog"
+        writer = batch.write.format("delta").option("mergeSchema", "true")
+        if self._is_delta(changelog):
+            writer.mode("overwrite").option(
+                "replaceWhere", f"{quote(BATCH)} >= {lo} AND {quote(BATCH)} <= {hi}"
+            ).save(changelog)
+        else:
+            writer.mode("append").save(changelog)
+        current = f"{base}/current"
+        self._prepare(current, batch)
+        appended, merged, keep = split_appends(parts, known, self._appended_through.get(current, 0))
+        rows = 0
+        try:
+            if appended:
+                (
+                    self.spark.read.option("mergeSchema", "true")
+                    .parquet(*[str(p) for p in appended])
+                    .write.format("delta")
+                    .mode("append")
+                    .option("mergeSchema", "true")
+                    .option("txnAppId", f"snapshotter-{self._run}-{current}")
+                    .option("txnVersion", hi)
+                    .save(current)
+                )
+                self._appended_through[current] = hi
+                rows = sum(pq.ParquetFile(p).metadata.num_rows for p in appended)
+            if truncated_at is not None:
+                from delta.tables import DeltaTable
+
+                DeltaTable.forPath(self.spark, current).delete(F.col(POS) < F.lit(truncated_at))
+            if merged:
+                changes = self.spark.read.option("mergeSchema", "true").parquet(
+                    *[str(p) for p in merged]
+                )
+                self._merge(current, meta, changes, truncated_at)
+        finally:
+            for path in (*appended, *merged):
+                if is_split(path):
+                    path.unlink(missing_ok=True)
+        if self.catalog is not None and table not in self._registered:
+            self._register(table, base)
+            self._registered.add(table)
+        return rows, keep
+
+    def _prepare(self, current: str, batch: DataFrame) -> None:
+        """The current-state table created with deletion vectors and Change Data Feed on, or
+        (first written by this process) turned on for a table an older version made."""
+        if current in self._checked:
+            return
+        from delta.tables import DeltaTable
+
+        if not self._is_delta(current):
+            builder = DeltaTable.createIfNotExists(self.spark).location(current)
+            builder = builder.addColumns(batch.schema)
+            for key, value in CURRENT_PROPERTIES.items():
+                builder = builder.property(key, value)
+            builder.execute()
+        else:
+            have = DeltaTable.forPath(self.spark, current).detail().collect()[0]["properties"]
+            missing = {k: v for k, v in CURRENT_PROPERTIES.items() if have.get(k) != v}
+            if missing:
+                settings = ", ".join(f"'{k}' = '{v}'" for k, v in missing.items())
+                self.spark.sql(f"ALTER TABLE delta.{quote(current)} SET TBLPROPERTIES ({settings})")
+        self._checked.add(current)
+
+    def _merge(
+        self, current: str, meta: TableMeta, batch: DataFrame, truncated_at: str | None
+    ) -> None:
+        from delta.tables import DeltaTable
+
+        changes = reduce_latest(
+            batch,
+            meta.key_columns,
+            meta.unavailable_columns,
+            keep_deletes=True,
+            after=truncated_at,
+            restarted=RESTARTED,
+        )
+        columns = [c for c in changes.columns if c != RESTARTED]
+        clauses = position_merge(meta.key_columns, columns, meta.unavailable_columns)
+        (
+            DeltaTable.forPath(self.spark, current)
+            .alias("t")
+            .merge(changes.alias("s"), clauses.on)
+            .whenMatchedDelete(condition=clauses.delete_when)
+            .whenMatchedUpdate(condition=clauses.update_when, set=clauses.updates)
+            .whenNotMatchedInsert(condition=clauses.insert_when, values=clauses.inserts)
+            .execute()
+        )
+
+    def names(self, table: TableId) -> tuple[str, str]:
+        """The two tables' names in ``[sink] catalog`` (quoted): current, changelog."""
+        assert self.catalog is not None
+        parts = (quote(self.catalog), quote(table.schema or ""))
+        return (
+            ".".join((*parts, quote(table.table))),
+            ".".join((*parts, quote(table.table + CHANGELOG_SUFFIX))),
+        )
+
+    def _register(self, table: TableId, base: str) -> None:
+        current, changelog = self.names(table)
+        self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {current.rsplit('.', 1)[0]}")
+        for name, path in ((current, f"{base}/current"), (changelog, f"{base}/changelog")):
+            location = path.replace("'", "\\'")
+            self.spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING delta LOCATION '{location}'")

@@ -37,8 +37,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -46,13 +44,14 @@ from pyspark.sql import functions as F
 from snapshotter.common.faults import failpoint
 from snapshotter.sinks.spark.appends import KnownKeys
 from snapshotter.sinks.spark.formats.merge import position_merge
+from snapshotter.sinks.spark.formats.split import is_split, split_appends
 from snapshotter.sinks.spark.latest import RESTARTED, quote, reduce_latest
-from snapshotter.sinks.spark.staging import StagedTable
 from snapshotter.sinks.spark.types import BATCH, POS
 
 if TYPE_CHECKING:
     from signals.names import TableId
     from snapshotter.sinks.spark.lander import TableMeta
+    from snapshotter.sinks.spark.staging import StagedTable
 
 log = logging.getLogger(__name__)
 
@@ -68,9 +67,6 @@ CURRENT_PROPERTIES = {
 }
 CHANGELOG_PROPERTIES = {"format-version": "3"}
 _SOURCE = "`__snapshotter_s`"  # the batch's side of a MERGE
-# A staged part's appends and the rest, written apart beside it (Spark skips files whose
-# names start with "." or "_", even when named).
-SPLIT = "iceberg-split-"
 # rewrite_data_files: a file group is rewritten once it has this many small files, or a
 # data file once it has any deleted rows (its deletion vector is folded in).
 REWRITE_OPTIONS = {"min-input-files": "5", "delete-file-threshold": "1"}
@@ -202,7 +198,7 @@ class IcebergTables:
             self._create(current, batch, CURRENT_PROPERTIES)
         else:
             self._evolve(current, batch)
-        appended, merged, keep = self._split(table, parts, known)
+        appended, merged, keep = split_appends(parts, known, self._appended_through.get(table, 0))
         rows = 0
         try:
             if appended:
@@ -225,49 +221,10 @@ class IcebergTables:
                 self._merge(current, meta, changes, truncated_at)
         finally:
             for path in (*appended, *merged):
-                if path.name.startswith(SPLIT):
+                if is_split(path):
                     path.unlink(missing_ok=True)
         self._landed.add(table)
         return rows, keep
-
-    def _split(
-        self, table: TableId, parts: Sequence[tuple[int, StagedTable]], known: KnownKeys | None
-    ) -> tuple[list[Path], list[Path], bool]:
-        """The staged files to append and to merge: with ``known``, each part's READ rows of
-        keys never landed are appended (written apart with pyarrow when the part has other
-        rows too), the rest merged; without it, everything is merged."""
-        appended: list[Path] = []
-        merged: list[Path] = []
-        done = self._appended_through.get(table, 0)
-        for seq, part in parts:
-            if known is None or part.file.is_dir() or seq <= done:
-                # A part appended by a landing that then failed is merged when retried
-                # (merging is idempotent, appending twice is not).
-                known = None
-                merged.append(part.file)
-                continue
-            rows = pq.read_table(part.file)
-            plan = known.plan(rows)
-            if plan is None:
-                known = None
-                merged.append(part.file)
-                continue
-            if plan.appended == rows.num_rows:
-                appended.append(part.file)
-            elif plan.appended:
-                others = np.ones(rows.num_rows, dtype=bool)
-                others[plan.appends.to_numpy()] = False
-                target = part.file.parent / f"{SPLIT}{part.file.stem}-appends.parquet"
-                pq.write_table(rows.take(plan.appends), target)
-                appended.append(target)
-                target = part.file.parent / f"{SPLIT}{part.file.stem}-merged.parquet"
-                pq.write_table(rows.filter(pa.array(others)), target)
-                merged.append(target)
-            else:
-                merged.append(part.file)
-            if not known.record(plan.ranges, seq):
-                known = None
-        return appended, merged, known is not None
 
     def _merge(
         self, current: str, meta: TableMeta, batch: DataFrame, truncated_at: str | None
