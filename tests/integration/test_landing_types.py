@@ -48,7 +48,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from snapshotter.sinks.spark.types import META_COLUMNS
+from snapshotter.sinks.spark.types import RESERVED_COLUMNS
 from tests.integration.engine_harness import Capture, CaptureFactory, mysql_connect
 
 pytestmark = pytest.mark.integration
@@ -674,10 +674,13 @@ def test_read_rows_and_log_rows_land_with_the_catalog_types_and_exact_values(
     # 1. The landed types are the catalog's, in the changelog, the current state and each
     # landed batch read alone (the last holds one row of NULLs only).
     def data_types(df: Any) -> dict[str, DataType]:
-        return {f.name: f.dataType for f in df.schema.fields if f.name not in META_COLUMNS}
+        return {f.name: f.dataType for f in df.schema.fields if f.name not in RESERVED_COLUMNS}
 
     assert data_types(state) == dict(matrix.types)
     assert data_types(changelog) == dict(matrix.types)
+    # The changelog's before-images: the same columns, the same types.
+    before = changelog.schema["__before"].dataType
+    assert {f.name: f.dataType for f in before.fields} == dict(matrix.types)
     assert [f.name for f in state.schema.fields][: len(matrix.types)] == list(matrix.types)
     changelog_dir = Path(lander.table_path(table_id), "changelog")
     batches = sorted(changelog_dir.glob("__batch=*"), key=lambda p: int(p.name.split("=")[1]))

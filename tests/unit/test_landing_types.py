@@ -70,14 +70,19 @@ def test_types_follow_the_catalog() -> None:
     assert schema.field("d").type == pa.string()
     assert schema.field("u").type == pa.decimal128(20, 0)
     assert schema.field("wide").type == pa.string()
-    assert schema.names[-6:] == [
+    assert schema.names[-7:] == [
         "__op",
         "__pos",
         "__ts_ms",
         "__snapshot",
         "__unavailable",
         "__batch",
+        "__before",
     ]
+    # The before-image: a struct of the table's columns, typed as they land.
+    before = schema.field("__before").type
+    assert [f.name for f in before] == schema.names[:-7]
+    assert [f.type for f in before] == [schema.field(n).type for n in schema.names[:-7]]
 
 
 def test_values_land_exactly() -> None:
@@ -201,3 +206,25 @@ def test_staging_is_all_or_nothing(tmp_path: Path) -> None:
     assert [b.seq for b in area.batches()] == [1]
     with pytest.raises(StagingError, match="twice"):
         area.stage(1, [(T, ["id"], data)])
+
+
+def test_updates_and_deletes_keep_their_before_image_reads_and_creates_have_none() -> None:
+    schema = TableSchema(T, (col("id", pa.int64()), col("name", pa.string())), ("id",))
+    events = [
+        upsert(Op.CREATE, 1, 1, name="a"),
+        ChangeEvent(
+            Op.UPDATE, src(2), 7, (1,), before={"id": 1, "name": "a"}, after={"id": 1, "name": "b"}
+        ),
+        # An unchanged TOAST value in a before-image: NULL, never the placeholder text.
+        ChangeEvent(Op.DELETE, src(3), 7, (1,), before={"id": 1, "name": UNAVAILABLE_VALUE}),
+        # No before-image (PostgreSQL's REPLICA IDENTITY DEFAULT): NULL.
+        ChangeEvent(Op.UPDATE, src(4), 7, (2,), after={"id": 2, "name": "c"}),
+    ]
+    landed = events_to_landed(schema, ["id"], events, 1)
+    assert landed.column("__before").to_pylist() == [
+        None,
+        {"id": 1, "name": "a"},
+        {"id": 1, "name": None},
+        None,
+    ]
+    assert landed.column("name").to_pylist() == ["a", "b", None, "c"]

@@ -89,6 +89,7 @@ from snapshotter.sinks.spark.latest import quote, reduce_latest
 from snapshotter.sinks.spark.staging import StagedBatch, StagedTable
 from snapshotter.sinks.spark.types import (
     BATCH,
+    BEFORE,
     RESERVED_COLUMNS,
 )
 
@@ -469,6 +470,8 @@ class Lander:
     ) -> None:
         """Write the appends of staged batch ``seq`` into the base, as a file of their own."""
         data = rows if plan.appended == rows.num_rows else rows.take(plan.appends)
+        if BEFORE in data.column_names:  # a changelog column: not in the current state
+            data = data.drop_columns([BEFORE])
         base = meta.base
         if base is None:
             # The table's first rows in a base: whatever current/ holds is what a crash left

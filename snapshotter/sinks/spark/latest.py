@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from snapshotter.sinks.spark.types import OP, POS, UNAVAILABLE
+from snapshotter.sinks.spark.types import BEFORE, OP, POS, UNAVAILABLE
 
 # Working columns of reduce_latest and the merges (never landed).
 _LIFE = "__snapshotter_life"
@@ -45,7 +45,7 @@ def reduce_latest(
     its last delete (never from before a delete: a key deleted and created again by a key
     change is another row). With ``restarted``, a boolean column of that name says whether
     the key was deleted before its latest event (its state before ``df`` resolves nothing)."""
-    df = df.where(F.col(OP) != "t")
+    df = df.drop(BEFORE).where(F.col(OP) != "t")  # a changelog column only
     if after is not None:
         df = df.where(F.col(POS) > F.lit(after))
     key_cols = [F.col(quote(k)) for k in keys]

@@ -63,6 +63,10 @@ TS_MS = "__ts_ms"
 SNAPSHOT = "__snapshot"
 UNAVAILABLE = "__unavailable"
 BATCH = "__batch"
+# The changelog's before-image of an update or a delete (Debezium's ``before``): a struct of
+# the table's columns, NULL for READ rows, creates, truncates and events whose source gave
+# none. Only in the changelog: the current state is the latest row per key.
+BEFORE = "__before"
 
 META_FIELDS: tuple[pa.Field, ...] = (
     pa.field(OP, pa.string(), nullable=False),
@@ -78,7 +82,7 @@ META_COLUMNS = tuple(f.name for f in META_FIELDS)
 # ``v=<batch>`` did for a table with a column ``v``). Bases are flat files now
 # (sinks.spark.bases); the name stays reserved, as older landings still have it.
 BASE_PARTITION = "__base"
-RESERVED_COLUMNS = (*META_COLUMNS, BASE_PARTITION)
+RESERVED_COLUMNS = (*META_COLUMNS, BEFORE, BASE_PARTITION)
 
 _PG_NUMERIC_OID = 1700
 _NUMERIC = re.compile(r"^numeric\((\d+)(?:,\s*(\d+))?\)$")
@@ -109,7 +113,16 @@ def landed_schema(schema: TableSchema) -> pa.Schema:
                 "rename it to land this table"
             )
     fields = [pa.field(c.name, c.landed_type) for c in landed_columns(schema)]
-    return pa.schema([*fields, *META_FIELDS])
+    return pa.schema([*fields, *META_FIELDS, pa.field(BEFORE, pa.struct(fields))])
+
+
+def _before_struct(schema: TableSchema, rows: Sequence[Mapping[str, Any] | None]) -> pa.Array:
+    """``__before`` for ``rows`` (None: NULL)."""
+    fields = [pa.field(c.name, c.landed_type) for c in landed_columns(schema)]
+    if all(r is None for r in rows):
+        return pa.nulls(len(rows), pa.struct(fields))
+    mask = pa.array([r is None for r in rows], type=pa.bool_())
+    return pa.StructArray.from_arrays(rows_to_landed(schema, rows), fields=fields, mask=mask)
 
 
 def _landed_type(column: ColumnInfo) -> pa.DataType:
@@ -305,7 +318,9 @@ def read_batch_to_landed(schema: TableSchema, batch: ReadBatch, seq: int) -> pa.
         pa.nulls(count, pa.list_(pa.string())),
         pa.repeat(pa.scalar(seq, pa.int64()), count),
     ]
-    return pa.Table.from_arrays([*arrays, *meta], schema=landed_schema(schema))
+    landed = landed_schema(schema)
+    before = pa.nulls(count, landed.field(BEFORE).type)  # READ rows have no before-image
+    return pa.Table.from_arrays([*arrays, *meta, before], schema=landed)
 
 
 def read_rows_to_landed_data(schema: TableSchema, rows: pa.Table) -> list[pa.Array]:
@@ -354,8 +369,13 @@ def events_to_landed(
 ) -> pa.Table:
     """One table's events, in order, as a table of its landed schema."""
     rows: list[Mapping[str, Any] | None] = []
+    befores: list[Mapping[str, Any] | None] = []
     unavailable: list[list[str] | None] = []
     for event in events:
+        before = event.before if event.op in (Op.UPDATE, Op.DELETE) else None
+        if before is not None and _holds_placeholder(before):  # never the placeholder text
+            before = {c: None if _is_placeholder(v) else v for c, v in before.items()}
+        befores.append(before)
         if event.op is Op.TRUNCATE:
             rows.append(None)
             unavailable.append(None)
@@ -385,7 +405,8 @@ def events_to_landed(
         pa.array(unavailable, type=pa.list_(pa.string())),
         pa.array([batch] * len(events), type=pa.int64()),
     ]
-    return pa.Table.from_arrays([*arrays, *meta], schema=landed_schema(schema))
+    before = _before_struct(schema, befores)
+    return pa.Table.from_arrays([*arrays, *meta, before], schema=landed_schema(schema))
 
 
 def empty_landed(schema: TableSchema) -> pa.Table:
@@ -395,6 +416,7 @@ def empty_landed(schema: TableSchema) -> pa.Table:
 __all__ = [
     "BASE_PARTITION",
     "BATCH",
+    "BEFORE",
     "META_COLUMNS",
     "OP",
     "POS",

@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 from snapshotter.sinks.spark.formats.merge import position_merge
 from snapshotter.sinks.spark.formats.split import is_split, split_appends
 from snapshotter.sinks.spark.latest import RESTARTED, quote, reduce_latest
-from snapshotter.sinks.spark.types import BATCH, POS
+from snapshotter.sinks.spark.types import BATCH, BEFORE, POS
 
 if TYPE_CHECKING:
     from signals.names import TableId
@@ -110,6 +110,7 @@ class DeltaTables:
                 (
                     self.spark.read.option("mergeSchema", "true")
                     .parquet(*[str(p) for p in appended])
+                    .drop(BEFORE)  # a changelog column: not in the current state
                     .write.format("delta")
                     .mode("append")
                     .option("mergeSchema", "true")
@@ -146,7 +147,7 @@ class DeltaTables:
 
         if not self._is_delta(current):
             builder = DeltaTable.createIfNotExists(self.spark).location(current)
-            builder = builder.addColumns(batch.schema)
+            builder = builder.addColumns(batch.drop(BEFORE).schema)
             for key, value in CURRENT_PROPERTIES.items():
                 builder = builder.property(key, value)
             builder.execute()

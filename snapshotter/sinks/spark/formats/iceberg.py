@@ -46,7 +46,7 @@ from snapshotter.sinks.spark.appends import KnownKeys
 from snapshotter.sinks.spark.formats.merge import position_merge
 from snapshotter.sinks.spark.formats.split import is_split, split_appends
 from snapshotter.sinks.spark.latest import RESTARTED, quote, reduce_latest
-from snapshotter.sinks.spark.types import BATCH, POS
+from snapshotter.sinks.spark.types import BATCH, BEFORE, POS
 
 if TYPE_CHECKING:
     from signals.names import TableId
@@ -194,16 +194,19 @@ class IcebergTables:
         failpoint("spark.iceberg.changelog")  # committed; the current state not yet
 
         current = self.current_name(table)
+        state = batch.drop(BEFORE)  # the current state's columns: no before-images
         if not self._exists(current):
-            self._create(current, batch, CURRENT_PROPERTIES)
+            self._create(current, state, CURRENT_PROPERTIES)
         else:
-            self._evolve(current, batch)
+            self._evolve(current, state)
         appended, merged, keep = split_appends(parts, known, self._appended_through.get(table, 0))
         rows = 0
         try:
             if appended:
-                rows_in = self.spark.read.option("mergeSchema", "true").parquet(
-                    *[str(p) for p in appended]
+                rows_in = (
+                    self.spark.read.option("mergeSchema", "true")
+                    .parquet(*[str(p) for p in appended])
+                    .drop(BEFORE)
                 )
                 self._conform(current, rows_in).writeTo(current).append()
                 self._appended_through[table] = hi
