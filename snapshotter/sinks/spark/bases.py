@@ -62,7 +62,7 @@ def is_legacy(name: str) -> bool:
     return name.startswith(LEGACY_PREFIXES)
 
 
-def _owner(info: pafs.FileInfo) -> str | None:
+def owner(info: pafs.FileInfo) -> str | None:
     """The base an entry of ``current/`` belongs to (None: not a base's)."""
     name: str = info.base_name
     if info.type is pafs.FileType.Directory:
@@ -82,9 +82,9 @@ def _entries(fs: pafs.FileSystem, current: str) -> list[tuple[str, pafs.FileInfo
     selector = pafs.FileSelector(current, allow_not_found=True)
     found = []
     for info in fs.get_file_info(selector):
-        owner = _owner(info)
-        if owner is not None:
-            found.append((owner, info))
+        name = owner(info)
+        if name is not None:
+            found.append((name, info))
     return found
 
 

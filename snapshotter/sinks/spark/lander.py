@@ -67,22 +67,21 @@ import json
 import logging
 import re
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from signals.names import TableId
 from snapshotter.common.faults import failpoint
 from snapshotter.sinks.spark import bases
 from snapshotter.sinks.spark.appends import KnownKeys, Plan
 from snapshotter.sinks.spark.files import replace_partition
+from snapshotter.sinks.spark.formats import parquet
 from snapshotter.sinks.spark.formats.delta import land_delta
 from snapshotter.sinks.spark.latest import quote, reduce_latest
 from snapshotter.sinks.spark.staging import StagedBatch, StagedTable
@@ -142,6 +141,12 @@ class TableMeta:
     # ``__base=<base>`` (issues 19 to 25), and None: ``v=<base>`` (sinks.spark.bases)
     base_dir: str | None = None
     unavailable_columns: list[str] = field(default_factory=list)  # ever landed unavailable
+    # parquet: the bucket count of a bucketed base (None: not bucketed, a layout before
+    # issue 27), the truncate its last compaction applied, and a compaction committed but
+    # not wholly in place (``formats.parquet.Pending``, rolled forward by ``_writing``)
+    buckets: int | None = None
+    compacted_truncate: str | None = None
+    pending: dict[str, Any] | None = None
 
     @property
     def covered(self) -> int | None:
@@ -179,12 +184,14 @@ class Lander:
         *,
         compact_ratio: float = 0.5,
         compact_min_rows: int = 100_000,
+        buckets: int = 0,
     ) -> None:
         self.spark = spark
         self.root = root.rstrip("/")
         self.format = fmt
         self.compact_ratio = compact_ratio
         self.compact_min_rows = compact_min_rows
+        self.buckets = buckets  # parquet: a new base's bucket count (0: from its size)
         self._fs, self._fs_root = pafs.FileSystem.from_uri(self.root)
         self._metas: dict[TableId, TableMeta] = {}
         # Tables whose compaction waits (the sink: while they are being snapshotted, so a
@@ -225,6 +232,7 @@ class Lander:
             return
         self._writes_checked.add(table)
         if meta is not None and meta.format == "parquet":
+            parquet.finish(self, table, meta)  # a compaction committed before a crash
             current = self._fs_path(table, "current")
             bases.remove_strays(self._fs, current, base_name(meta), table=table, crashed=True)
 
@@ -488,71 +496,24 @@ class Lander:
     # ------------------------------------------------------------------ compaction (parquet)
 
     def compact(self, table: TableId) -> None:
-        """Fold the changelog tail into a new base (parquet format)."""
+        """Fold the changelog tail into the base, bucket by bucket (``formats.parquet``)."""
         meta = self.meta(table)
         if meta is None or self.format != "parquet":
             return
         self._writing(table, meta)
-        upto = meta.landed_through
-        if meta.covered == upto and not _legacy_base(meta):
+        if meta.covered == meta.landed_through and not _legacy_base(meta):
             return
-        started = time.monotonic()
-        # ``__batch`` typed as the changelog's partition column reads (int), so a reader of
-        # both sees one type.
-        state = self._merged(table, meta, upto).withColumn(BATCH, F.col(BATCH).cast("int"))
-        name = bases.base_name_for(upto)
-        if name == base_name(meta):  # the base was named after this batch: never overwrite
-            name += f"-{uuid.uuid4().hex[:8]}"  # what is being read (Spark reads lazily)
-        # Written hidden, then its files moved into current/ (sinks.spark.bases).
-        written = f"{self.table_path(table)}/current/{bases.WRITING}{name}"
-        state.write.mode("overwrite").parquet(written)
-        current = self._fs_path(table, "current")
-        bases.publish(self._fs, current, name)
-        # A crash here leaves the new base a stray: the metadata names the old one.
-        failpoint("spark.compact.written")
-        # Counted from the footers: a Spark count would read the new base again.
-        rows = bases.rows(self._fs, current, name)
-        meta.base, meta.base_rows, meta.tail_rows = upto, rows, 0
-        meta.base_dir = name
-        meta.base_through = None  # the new base holds the appends too
-        self._save_meta(table, meta)
-        # A crash here leaves the old base a stray: the metadata names the new one.
-        failpoint("spark.compact.named")
-        # The old base, and any a crash left: current/ holds the new base only.
-        bases.remove_strays(self._fs, current, name, table=table, crashed=False)
-        log.info(
-            "%s: current state compacted at batch %d: %d rows in %.1f s",
-            table,
-            upto,
-            rows,
-            time.monotonic() - started,
-        )
+        parquet.compact(self, table, meta)
 
-    def _merged(self, table: TableId, meta: TableMeta, upto: int | None = None) -> DataFrame:
-        path = self.table_path(table)
-        parts: list[DataFrame] = []
+    def _merged(self, table: TableId, meta: TableMeta) -> DataFrame:
         base = base_name(meta)
+        names: list[str] = []
         if base is not None:
             current = self._fs_path(table, "current")
             files = [base] if bases.is_legacy(base) else bases.files(self._fs, current, base)
-            if files:  # a base of no rows may have no file
-                uris = [f"{path}/current/{f.rsplit('/', 1)[-1]}" for f in files]
-                parts.append(
-                    self.spark.read.parquet(*uris).withColumn(BATCH, F.col(BATCH).cast("long"))
-                )
-        tail = self.spark.read.option("mergeSchema", "true").parquet(f"{path}/changelog")
-        tail = tail.withColumn(BATCH, F.col(BATCH).cast("long"))
-        if meta.covered is not None:
-            tail = tail.where(F.col(BATCH) > meta.covered)
-        if upto is not None:
-            tail = tail.where(F.col(BATCH) <= upto)
-        parts.append(tail)
-        merged = parts[0]
-        for part in parts[1:]:
-            merged = merged.unionByName(part, allowMissingColumns=True)
-        return reduce_latest(
-            merged, meta.key_columns, meta.unavailable_columns, after=meta.truncated_at
-        )
+            names = [f.rsplit("/", 1)[-1] for f in files]  # a base of no rows may have none
+        rows = parquet.base_rows(self, table, names)
+        return parquet.merged(self, meta, [rows, parquet.tail(self, table, meta, None)])
 
     # ------------------------------------------------------------------ reading
 

@@ -176,6 +176,7 @@ class SparkSink:
                 sink.format,
                 compact_ratio=sink.compact_ratio,
                 compact_min_rows=sink.compact_min_rows,
+                buckets=sink.buckets,
             )
             # Every landed table, landed again or not: what a crash left cleared, and its
             # tail folded in at close (compact_idle), so current/ is exact after any run.
