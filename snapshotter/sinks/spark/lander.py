@@ -67,6 +67,7 @@ import json
 import logging
 import re
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -80,13 +81,11 @@ from signals.names import TableId
 from snapshotter.common.faults import failpoint
 from snapshotter.sinks.spark import bases
 from snapshotter.sinks.spark.appends import KnownKeys, Plan
-from snapshotter.sinks.spark.files import replace_partition
-from snapshotter.sinks.spark.formats import parquet
+from snapshotter.sinks.spark.formats import parquet, parquet_changelog
 from snapshotter.sinks.spark.formats.delta import land_delta
 from snapshotter.sinks.spark.latest import quote, reduce_latest
 from snapshotter.sinks.spark.staging import StagedBatch, StagedTable
 from snapshotter.sinks.spark.types import (
-    BATCH,
     RESERVED_COLUMNS,
 )
 
@@ -233,6 +232,7 @@ class Lander:
         self._writes_checked.add(table)
         if meta is not None and meta.format == "parquet":
             parquet.finish(self, table, meta)  # a compaction committed before a crash
+            parquet_changelog.migrate(self._fs, self._fs_path(table, "changelog"), table)
             current = self._fs_path(table, "current")
             bases.remove_strays(self._fs, current, base_name(meta), table=table, crashed=True)
 
@@ -401,18 +401,19 @@ class Lander:
             if part.file.is_dir():
                 # READ rows read on executors, staged by Spark: landed by Spark too, so they
                 # never pass through this process; the base gets them at a compaction.
-                self.spark.read.parquet(str(part.file)).drop(BATCH).write.mode("overwrite").parquet(
-                    f"{self.table_path(table)}/changelog/{BATCH}={seq}"
+                hidden = f".landing-{seq}-{uuid.uuid4().hex[:8]}"
+                self.spark.read.parquet(str(part.file)).write.mode("overwrite").parquet(
+                    f"{self.table_path(table)}/changelog/{hidden}"
+                )
+                changelog_dir = self._fs_path(table, "changelog")
+                parquet_changelog.replace_from(
+                    self._fs, changelog_dir, seq, f"{changelog_dir}/{hidden}"
                 )
                 self._known.pop(table, None)
                 whole = False
                 continue
             rows = pq.read_table(part.file)
-            replace_partition(
-                self._fs,
-                self._fs_path(table, "changelog", f"{BATCH}={seq}"),
-                rows.drop_columns([BATCH]),
-            )
+            parquet_changelog.replace(self._fs, self._fs_path(table, "changelog"), seq, rows)
             known = self._known.get(table)
             plan = None if known is None else known.plan(rows)
             if known is None or plan is None:
@@ -453,10 +454,6 @@ class Lander:
             nothing_before = meta.landed_through == 0 and seq == first_seq
             meta.base, meta.base_through = base, (seq - 1 if nothing_before else 0)
             meta.base_dir = bases.base_name_for(seq)
-        # ``__batch`` typed as the changelog's partition column reads (int).
-        data = data.set_column(
-            data.schema.get_field_index(BATCH), BATCH, data.column(BATCH).cast(pa.int32())
-        )
         bases.append(self._fs, self._fs_path(table, "current"), _named(meta), seq, data)
         meta.base_rows += data.num_rows
         meta.appended_through = seq
@@ -533,7 +530,7 @@ class Lander:
         path = f"{self.table_path(table)}/changelog"
         if self.format == "delta":
             return self.spark.read.format("delta").load(path)
-        return self.spark.read.option("mergeSchema", "true").parquet(path)
+        return parquet_changelog.read(self.spark, path, self._fs, self._fs_path(table, "changelog"))
 
 
 def landed_tables(root: str) -> list[TableId]:

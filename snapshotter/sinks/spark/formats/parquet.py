@@ -58,6 +58,7 @@ from signals.names import TableId
 from snapshotter.common.faults import failpoint
 from snapshotter.sinks.spark import bases
 from snapshotter.sinks.spark.files import parquet_files
+from snapshotter.sinks.spark.formats import parquet_changelog
 from snapshotter.sinks.spark.latest import quote, reduce_latest
 from snapshotter.sinks.spark.types import BATCH, OP
 
@@ -115,16 +116,11 @@ class Pending:
         return asdict(self)
 
 
-def tail(lander: Lander, table: TableId, meta: TableMeta, upto: int | None) -> DataFrame:
+def tail(lander: Lander, table: TableId, meta: TableMeta, upto: int | None) -> DataFrame | None:
     """The changelog rows the base does not hold (up to batch ``upto``), ``__batch`` long."""
     path = f"{lander.table_path(table)}/changelog"
-    rows = lander.spark.read.option("mergeSchema", "true").parquet(path)
-    rows = rows.withColumn(BATCH, F.col(BATCH).cast("long"))
-    if meta.covered is not None:
-        rows = rows.where(F.col(BATCH) > meta.covered)
-    if upto is not None:
-        rows = rows.where(F.col(BATCH) <= upto)
-    return rows
+    directory = lander._fs_path(table, "changelog")
+    return parquet_changelog.read(lander.spark, path, lander._fs, directory, meta.covered, upto)
 
 
 def base_rows(lander: Lander, table: TableId, names: list[str]) -> DataFrame | None:
@@ -138,6 +134,8 @@ def base_rows(lander: Lander, table: TableId, names: list[str]) -> DataFrame | N
 
 def merged(lander: Lander, meta: TableMeta, parts: list[DataFrame | None]) -> DataFrame:
     present = [p for p in parts if p is not None]
+    if not present:  # no base file, no tail batch: an empty state of the landed columns
+        raise RuntimeError("nothing landed to merge")
     out = present[0]
     for part in present[1:]:
         out = out.unionByName(part, allowMissingColumns=True)
@@ -145,7 +143,7 @@ def merged(lander: Lander, meta: TableMeta, parts: list[DataFrame | None]) -> Da
 
 
 def _full_reason(
-    lander: Lander, table: TableId, meta: TableMeta, rows: DataFrame, current: str
+    lander: Lander, table: TableId, meta: TableMeta, rows: DataFrame | None, current: str
 ) -> str | None:
     """Why this compaction must write every bucket (None: only the touched ones)."""
     name = _base_name(meta)
@@ -161,7 +159,7 @@ def _full_reason(
     one = f"{current}/{bucket_file_name(name, 0)}"
     with lander._fs.open_input_file(one) as f:
         have = set(pq.ParquetFile(f).schema_arrow.names)
-    if set(rows.columns) - have:
+    if rows is not None and set(rows.columns) - have:
         return "the tail has columns the base has not"
     return None
 
@@ -179,8 +177,10 @@ def compact(lander: Lander, table: TableId, meta: TableMeta) -> None:
     if reason is None:
         assert meta.buckets is not None and old is not None
         count, name = meta.buckets, old
-        keyed = rows.where(F.col(OP) != "t").withColumn(BUCKET, bucket_of(keys, count))
-        touched = sorted(int(r[0]) for r in keyed.select(BUCKET).distinct().collect())
+        touched = []
+        if rows is not None:
+            keyed = rows.where(F.col(OP) != "t").withColumn(BUCKET, bucket_of(keys, count))
+            touched = sorted(int(r[0]) for r in keyed.select(BUCKET).distinct().collect())
         names = [bucket_file_name(name, i) for i in touched]
         state = merged(lander, meta, [base_rows(lander, table, names), rows])
     else:
@@ -195,9 +195,8 @@ def compact(lander: Lander, table: TableId, meta: TableMeta) -> None:
         existing = [] if old is None else _base_files(lander, current, old)
         state = merged(lander, meta, [base_rows(lander, table, existing), rows])
     hidden = f"{bases.WRITING}{name}-{uuid.uuid4().hex[:8]}"
-    # ``__batch`` typed as the changelog's partition column reads (int), so a reader of
-    # both sees one type.
-    state = state.withColumn(BATCH, F.col(BATCH).cast("int"))
+    # ``__batch`` bigint, as in the changelog (a base of an older layout had int).
+    state = state.withColumn(BATCH, F.col(BATCH).cast("long"))
     state = state.withColumn(BUCKET, bucket_of(keys, count))
     if touched:
         written = state.repartition(len(touched), F.col(BUCKET))
