@@ -12,6 +12,7 @@ pyarrow and pandas read 0 rows of every table (they skip directories whose names
   ``current_state`` reads already; ``deltalake``, when installed, is read like pyarrow);
 * ``pyarrow.parquet.read_table(<table>/current)``: its dataset (hive partitioning, names
   starting with ``.`` or ``_`` skipped), streamed in record batches;
+* ``pyarrow.dataset.dataset(<table>/current)`` with its defaults (no partitioning);
 * ``pandas.read_parquet(<table>/current)`` (when pandas is installed): pandas reads through
   pyarrow's discovery, so its rows are pyarrow's; it reads the key columns only, to count
   rows and keys seen twice (a whole table in pandas would cost memory verify does not need).
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
 
 SPARK = "spark.read.parquet"
 PYARROW = "pyarrow.parquet.read_table"
+PYARROW_DATASET = "pyarrow.dataset"
 PANDAS = "pandas.read_parquet"
 DELTALAKE = "deltalake"
 
@@ -232,6 +234,13 @@ class PlainReads:
                     ["no data file found"] if files == [] else self._columns(dataset.schema.names)
                 )
                 sides.append((PYARROW, _ArrowSide(dataset, self.names, self.keys), columns))
+            # pyarrow.dataset.dataset(current) with its own defaults: no partitioning.
+            plain = self._dataset(PYARROW_DATASET, None)
+            if isinstance(plain, PlainRead):
+                failed.append(plain)
+            else:
+                columns = self._columns(plain.schema.names)
+                sides.append((PYARROW_DATASET, _ArrowSide(plain, self.names, self.keys), columns))
         else:
             # Spark's Delta reader is what the landed state is read with; deltalake (Rust,
             # no Spark) when installed.
@@ -249,12 +258,17 @@ class PlainReads:
                     sides.append((DELTALAKE, _ArrowSide(dataset, self.names, self.keys), columns))
         return sides, failed, notes
 
-    def _dataset(self) -> ds.Dataset | PlainRead:
-        """``current/`` as ``pyarrow.parquet.read_table`` discovers it (its defaults)."""
+    def _dataset(
+        self, reader: str = PYARROW, partitioning: str | None = "hive"
+    ) -> ds.Dataset | PlainRead:
+        """``current/`` as ``pyarrow.parquet.read_table`` discovers it (its defaults: hive
+        partitioning), or ``pyarrow.dataset.dataset`` (none)."""
         try:
-            return ds.dataset(self.path, filesystem=self.fs, format="parquet", partitioning="hive")
+            return ds.dataset(
+                self.path, filesystem=self.fs, format="parquet", partitioning=partitioning
+            )
         except Exception as exc:
-            return PlainRead(PYARROW, None, f"fails: {_first_line(exc)}")
+            return PlainRead(reader, None, f"fails: {_first_line(exc)}")
 
     def _pandas(self, source_rows: int, notes: list[str]) -> PlainRead:
         """pandas reads through pyarrow's discovery: its rows are pyarrow's, compared in full
