@@ -10,6 +10,7 @@ import random
 import threading
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 
@@ -140,4 +141,54 @@ def test_a_reader_during_landings_and_compactions_never_reads_a_key_twice_or_bac
         thread.join(timeout=60)
     assert not problems, problems[:5]
     assert reads[0] >= 3, f"the reader read {reads[0]} times"
+    assert plain(lake) == expected
+
+
+def test_a_table_of_the_previous_layout_is_read_then_rewritten_in_this_one(
+    tmp_path: Path,
+) -> None:
+    """The layout before issue 27: the changelog as partition directories ``__batch=N/``
+    (which pyarrow.dataset does not read: a name starting with ``_``) and a flat, unbucketed
+    base. A lander that only reads reads it; one that writes rewrites the changelog one file
+    per batch at take-over, and the next compaction buckets the base."""
+    import pyarrow.parquet as pq
+
+    from snapshotter.sinks.spark.lander import Lander
+
+    lake = lake_of(tmp_path)
+    lake.lander.land([lake.stage(1, chunk(range(50), 100))])
+    lake.lander.land([lake.stage(2, [log("u", 3, 200), log("d", 4, 201)])])
+    changelog = Path(lake.lander.table_path(TABLE)) / "changelog"
+    for seq in (1, 2):  # back to the layout before: the batch in the directory's name
+        name = changelog / f"batch-{seq:012d}.parquet"
+        rows = pq.read_table(name)
+        (changelog / f"__batch={seq}").mkdir()
+        pq.write_table(
+            rows.drop_columns(["__batch"]), changelog / f"__batch={seq}" / "part-0.parquet"
+        )
+        name.unlink()
+    assert ds.dataset(str(changelog), format="parquet").count_rows() == 0
+    expected = {k: f"r{k}" for k in range(50)} | {3: "log3"}
+    del expected[4]
+
+    reader = Lander(lake.spark, lake.lander.root, "parquet")  # reads, writes nothing
+    old = reader.changelog(TABLE)
+    assert old is not None and old.count() == 52
+    assert old.schema["__batch"].dataType.simpleString() == "bigint"
+    state = reader.current_state(TABLE)
+    assert state is not None
+    assert {r["id"]: r["name"] for r in state.toArrow().to_pylist()} == expected
+
+    writer = Lander(lake.spark, lake.lander.root, "parquet", buckets=BUCKETS)
+    assert writer.take_over() == [TABLE]
+    assert sorted(p.name for p in changelog.iterdir()) == [
+        "batch-000000000001.parquet",
+        "batch-000000000002.parquet",
+    ]
+    events = ds.dataset(str(changelog), format="parquet").to_table()
+    assert events.num_rows == 52 and events.schema.field("__batch").type == pa.int64()
+    assert writer.compact_idle() == [TABLE]
+    meta = writer.meta(TABLE)
+    assert meta is not None and meta.buckets == BUCKETS and meta.base_dir is not None
+    assert sorted(files(lake)) == [bucket_file_name(meta.base_dir, i) for i in range(BUCKETS)]
     assert plain(lake) == expected

@@ -3,7 +3,7 @@
 Layout under the landing root (a local path or any Hadoop-compatible URI)::
 
     <root>/<schema>.<table>/
-        _snapshotter.json      what was landed: key, format, base version, tail size
+        _snapshotter.json      what was landed: key, format, base, buckets, tail size
         changelog/             every event, with __op, __pos, __ts_ms, __snapshot, __batch
         current/               the current state: per key the event with the highest __pos,
                                deletes removed
@@ -13,43 +13,43 @@ Both are Parquet directories (``format = "parquet"``) or Delta tables (``"delta"
 Landing costs in proportion to the batch, not the table:
 
 * The changelog is appended per batch. Each landing overwrites exactly the batches it lands
-  (Parquet: the ``__batch=N`` partitions, each replaced whole; Delta:
+  (Parquet: one file per batch, ``changelog/batch-<N>.parquet`` with ``__batch`` inside,
+  replaced by a rename over it, ``formats.parquet_changelog``; Delta:
   ``replaceWhere __batch BETWEEN lo AND hi``), so landing a batch twice changes nothing.
-  Parquet partitions are written with pyarrow (``landing.files``): a staged batch already
-  is Parquet of the landed schema, and a Spark job per landing cost more JVM CPU than the
-  whole engine spent on the same rows.
+  Parquet files are written with pyarrow: a staged batch already is Parquet of the landed
+  schema, and a Spark job per landing cost more JVM CPU than the whole engine spent on the
+  same rows.
 * Delta: the current state is a Delta table updated by one MERGE per landing, guarded by
   position (a row is replaced only by a higher ``__pos``), so a second landing matches
-  nothing. Delta MERGE scans the key columns of the table to find matches; it rewrites only
-  the files holding matched keys.
+  nothing (``formats.delta``).
 * Parquet has no MERGE, and rewriting the current state per batch would cost the whole table
-  each time (quadratic in all). So the current state is kept as a *base* (a compacted copy:
-  files ``current/base-<batch>.*``, flat so that every plain reader reads them whole, see
-  ``sinks.spark.bases``) plus the changelog *tail* after it, and read merged
-  (``current_state``): per key the row with the highest position. When the tail reaches
-  ``compact_ratio`` of the base (and ``compact_min_rows``), the tail is folded into a new
-  base and the old one is deleted: each row is rewritten a bounded number of times on
-  average, so the total cost stays linear. A plain Parquet reader of ``current/``
-  (``spark.read.parquet``, ``pyarrow.parquet.read_table``, ``pandas.read_parquet``, knowing
-  nothing of snapshotter) sees the state as of the last compaction; ``current_state`` sees
-  the exact state, and ``snapshotter verify`` checks both. So that plain readers see the
-  exact state too whenever the engine is stopped or quiet, every tail is folded in when the
-  sink closes (``compact_idle``: after ``run --until-caught-up``, ``SIGTERM``) and when
-  nothing has landed for a while (the sink's idle compaction).
-* Crash safety of ``current/``: a compaction writes the new base hidden, moves its files
-  into ``current/`` beside the old base's (``bases.publish``), names it in
-  ``_snapshotter.json`` (the commit), then deletes the old base's files. A crash between
-  leaves files of a base no metadata names (a *stray*: before the commit the new base, after
-  it the old one), and a plain reader would read both (keys twice, deleted rows back). A
-  lander that writes starts by taking over every table under the root (``take_over``, the
-  sink does it when it opens, whether or not the run lands the table again): strays are
-  removed and every table's metadata is loaded, so the closing compaction folds in every
-  tail, a tail the crash left included.
+  each time. So the current state is kept as a *base* (a compacted copy, bucketed by a hash
+  of the key: one file per bucket directly in ``current/``, ``formats.parquet``) plus the
+  changelog *tail* after it, and read merged (``current_state``): per key the row with the
+  highest position. When the tail reaches ``compact_ratio`` of the base (and
+  ``compact_min_rows``), it is folded in, rewriting only the buckets its keys fall in. A
+  plain Parquet reader of ``current/`` (``spark.read.parquet``, ``pyarrow.dataset``,
+  ``pandas.read_parquet``, knowing nothing of snapshotter) sees the state as of the last
+  compaction, never a key twice; ``current_state`` sees the exact state, and ``snapshotter
+  verify`` checks both. So that plain readers see the exact state too whenever the engine is
+  stopped or quiet, every tail is folded in when the sink closes (``compact_idle``: after
+  ``run --until-caught-up``, ``SIGTERM``) and when nothing has landed for a while (the
+  sink's idle compaction).
+* Crash safety of ``current/``: a compaction writes the touched buckets hidden, records
+  itself as pending in ``_snapshotter.json`` (the commit), then renames each bucket over its
+  old file (``formats.parquet``). A crash before the commit leaves a hidden directory no
+  metadata names (a *stray*); after it, a pending compaction. A lander that writes starts
+  by taking over every table under the root (``take_over``, the sink does it when it opens,
+  whether or not the run lands the table again): a pending compaction is rolled forward,
+  strays are removed, a changelog of the older layout is rewritten, and every table's
+  metadata is loaded, so the closing compaction folds in every tail, a tail the crash left
+  included.
 * Parquet, appends that need no merge: while a table never landed before gets nothing but
   READ rows of keys it never had (a first snapshot without log traffic on the table:
   ``landing.appends`` decides, exactly), those rows are written straight into the base as
   files of their own (``<base>.b<batch>-*``, replaced when the batch lands again), besides
-  the changelog: ``current/`` stays exact with no Spark job at all. The first row that
+  the changelog: ``current/`` stays exact with no Spark job at all; the next compaction
+  puts them into their buckets. The first row that
   needs a merge ends this for the table, and it lands through the tail from then on.
 * Compaction waits while the sink says the table is being snapshotted
   (``hold_compaction``), so the snapshot's rows are compacted once after it
