@@ -229,18 +229,13 @@ class PlainReads:
                 failed.append(dataset)
             else:
                 self._arrow_columns = list(dataset.schema.names)
-                files = getattr(dataset, "files", None)
-                columns = (
-                    ["no data file found"] if files == [] else self._columns(dataset.schema.names)
-                )
-                sides.append((PYARROW, _ArrowSide(dataset, self.names, self.keys), columns))
+                sides.append(self._arrow_side(PYARROW, dataset))
             # pyarrow.dataset.dataset(current) with its own defaults: no partitioning.
             plain = self._dataset(PYARROW_DATASET, None)
             if isinstance(plain, PlainRead):
                 failed.append(plain)
             else:
-                columns = self._columns(plain.schema.names)
-                sides.append((PYARROW_DATASET, _ArrowSide(plain, self.names, self.keys), columns))
+                sides.append(self._arrow_side(PYARROW_DATASET, plain))
         else:
             # Spark's Delta reader is what the landed state is read with; deltalake (Rust,
             # no Spark) when installed.
@@ -257,6 +252,13 @@ class PlainReads:
                     columns = self._columns(dataset.schema.names)
                     sides.append((DELTALAKE, _ArrowSide(dataset, self.names, self.keys), columns))
         return sides, failed, notes
+
+    def _arrow_side(
+        self, reader: str, dataset: ds.Dataset
+    ) -> tuple[str, LandedSide | _ArrowSide, list[str]]:
+        files = getattr(dataset, "files", None)
+        columns = ["no data file found"] if files == [] else self._columns(dataset.schema.names)
+        return (reader, _ArrowSide(dataset, self.names, self.keys), columns)
 
     def _dataset(
         self, reader: str = PYARROW, partitioning: str | None = "hive"

@@ -7,7 +7,8 @@ batch the base is already named after writes beside it): its bucket files
 (``<base>.bucket-00003.parquet``, ``formats.parquet``), the files of READ rows appended to it
 (``<base>.b<batch, 12 digits>-<uuid>.parquet``), or, written before issue 27, Spark's part
 files of a compaction (``base-000000000012.part-00000-<uuid>-c000.snappy.parquet``).
-Flat, because that is the one layout every plain reader reads whole with its default options (issue 26):
+Flat, because that is the one layout every plain reader reads whole with its default
+options (issue 26):
 
 * ``spark.read.parquet(current)`` reads the files of ``current/`` and of partition
   directories (``name=value``) only: a plain subdirectory is not read at all (0 files:
