@@ -151,11 +151,13 @@ def _full_reason(
         return "the base is not bucketed yet"
     if meta.truncated_at != meta.compacted_truncate:
         return "a truncate landed"
-    others = [
-        p for p in bases.files(lander._fs, current, name) if _bucket_index(name, _leaf(p)) is None
-    ]
-    if others:
+    listed = {
+        _leaf(p): _bucket_index(name, _leaf(p)) for p in bases.files(lander._fs, current, name)
+    }
+    if None in listed.values():
         return "READ rows were appended as files"
+    if set(listed.values()) != set(range(meta.buckets)):
+        return "bucket files are missing"
     one = f"{current}/{bucket_file_name(name, 0)}"
     with lander._fs.open_input_file(one) as f:
         have = set(pq.ParquetFile(f).schema_arrow.names)
