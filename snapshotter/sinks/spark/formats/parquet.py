@@ -36,8 +36,9 @@ but never reads a key twice.
 Such a compaction is *full* (every bucket written): when the base is not bucketed yet (a flat
 base of the previous version, a directory of an older layout, or appended files only), when
 READ rows were appended as files since, when a truncate landed since the last compaction
-(it empties every bucket), or when the tail has columns the base has not (every file of a
-table keeps one schema, as plain readers take the schema of one file).
+(it empties every bucket), when the tail has columns the base has not (every file of a
+table keeps one schema, as plain readers take the schema of one file), or when a key
+column's type changed (``xxhash64`` hashes by type).
 """
 
 from __future__ import annotations
@@ -158,11 +159,16 @@ def _full_reason(
         return "READ rows were appended as files"
     if set(listed.values()) != set(range(meta.buckets)):
         return "bucket files are missing"
-    one = f"{current}/{bucket_file_name(name, 0)}"
-    with lander._fs.open_input_file(one) as f:
-        have = set(pq.ParquetFile(f).schema_arrow.names)
-    if rows is not None and set(rows.columns) - have:
+    if rows is None:
+        return None
+    base = lander.spark.read.parquet(
+        f"{lander.table_path(table)}/current/{bucket_file_name(name, 0)}"
+    )
+    if set(rows.columns) - set(base.columns):
         return "the tail has columns the base has not"
+    # xxhash64 hashes by type: a key column of another type puts a key in another bucket.
+    if any(rows.schema[k].dataType != base.schema[k].dataType for k in meta.key_columns):
+        return "a key column's type changed"
     return None
 
 
