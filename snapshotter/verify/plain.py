@@ -12,6 +12,7 @@ pyarrow and pandas read 0 rows of every table (they skip directories whose names
   ``current_state`` reads already; ``deltalake``, when installed, is read like pyarrow);
 * ``pyarrow.parquet.read_table(<table>/current)``: its dataset (hive partitioning, names
   starting with ``.`` or ``_`` skipped), streamed in record batches;
+* ``pyarrow.dataset.dataset(<table>/current)`` with its defaults (no partitioning);
 * ``pandas.read_parquet(<table>/current)`` (when pandas is installed): pandas reads through
   pyarrow's discovery, so its rows are pyarrow's; it reads the key columns only, to count
   rows and keys seen twice (a whole table in pandas would cost memory verify does not need).
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
 
 SPARK = "spark.read.parquet"
 PYARROW = "pyarrow.parquet.read_table"
+PYARROW_DATASET = "pyarrow.dataset"
 PANDAS = "pandas.read_parquet"
 DELTALAKE = "deltalake"
 SPARK_SQL = "spark.table"
@@ -282,11 +284,13 @@ class PlainReads:
                 failed.append(dataset)
             else:
                 self._arrow_columns = list(dataset.schema.names)
-                files = getattr(dataset, "files", None)
-                columns = (
-                    ["no data file found"] if files == [] else self._columns(dataset.schema.names)
-                )
-                sides.append((PYARROW, _ArrowSide(dataset, self.names, self.keys), columns))
+                sides.append(self._arrow_side(PYARROW, dataset))
+            # pyarrow.dataset.dataset(current) with its own defaults: no partitioning.
+            plain = self._dataset(PYARROW_DATASET, None)
+            if isinstance(plain, PlainRead):
+                failed.append(plain)
+            else:
+                sides.append(self._arrow_side(PYARROW_DATASET, plain))
         elif self.lander.format == "iceberg":
             self._iceberg_sides(sides, failed, notes)
         else:
@@ -336,12 +340,24 @@ class PlainReads:
                 columns = self._columns(scan.schema.names)
                 sides.append((PYICEBERG, _ArrowSide(scan, self.names, self.keys), columns))
 
-    def _dataset(self) -> ds.Dataset | PlainRead:
-        """``current/`` as ``pyarrow.parquet.read_table`` discovers it (its defaults)."""
+    def _arrow_side(
+        self, reader: str, dataset: ds.Dataset
+    ) -> tuple[str, LandedSide | _ArrowSide, list[str]]:
+        files = getattr(dataset, "files", None)
+        columns = ["no data file found"] if files == [] else self._columns(dataset.schema.names)
+        return (reader, _ArrowSide(dataset, self.names, self.keys), columns)
+
+    def _dataset(
+        self, reader: str = PYARROW, partitioning: str | None = "hive"
+    ) -> ds.Dataset | PlainRead:
+        """``current/`` as ``pyarrow.parquet.read_table`` discovers it (its defaults: hive
+        partitioning), or ``pyarrow.dataset.dataset`` (none)."""
         try:
-            return ds.dataset(self.path, filesystem=self.fs, format="parquet", partitioning="hive")
+            return ds.dataset(
+                self.path, filesystem=self.fs, format="parquet", partitioning=partitioning
+            )
         except Exception as exc:
-            return PlainRead(PYARROW, None, f"fails: {_first_line(exc)}")
+            return PlainRead(reader, None, f"fails: {_first_line(exc)}")
 
     def _pandas(self, source_rows: int, notes: list[str]) -> PlainRead:
         """pandas reads through pyarrow's discovery: its rows are pyarrow's, compared in full

@@ -198,8 +198,9 @@ executors = {self.executors}
         """The landed current state of ``table``, read with Spark: canonical key -> row
         (data columns only, as Python values). With ``plain`` (call it once the engine has
         stopped), also as readers that know nothing of snapshotter read it
-        (``spark.read.parquet(<table>/current)``, and for Parquet ``pyarrow.parquet.read_table``
-        and ``pandas.read_parquet``: the same rows, and the same keys for pandas)."""
+        (``spark.read.parquet(<table>/current)``, and for Parquet
+        ``pyarrow.parquet.read_table``, ``pyarrow.dataset.dataset`` and
+        ``pandas.read_parquet``: the same rows, and the same keys for pandas)."""
         from snapshotter.sinks.spark.lander import data_columns
 
         key = self.key_of(table)
@@ -212,7 +213,7 @@ executors = {self.executors}
         if plain:
             readers = ["spark"]
             if self.config.sink.format == "parquet":
-                readers += ["pyarrow", "pandas"]
+                readers += ["pyarrow", "pyarrow.dataset", "pandas"]
             if self.config.sink.format == "iceberg":  # through the catalog, and without Spark
                 readers = ["spark", "pyiceberg"]
             if self.config.sink.format == "delta":  # and delta-rs, without Spark
@@ -259,6 +260,10 @@ executors = {self.executors}
             import pyarrow.parquet as pq
 
             arrow = pq.read_table(path)
+        elif reader == "pyarrow.dataset":  # its defaults: no partitioning (issue 27)
+            import pyarrow.dataset as ds
+
+            arrow = ds.dataset(path, format="parquet").to_table()
         elif reader == "pandas":
             import pandas as pd
 

@@ -477,6 +477,7 @@ def test_a_stray_base_and_a_lagging_tail_are_not_converged_for_plain_readers(
     assert [(r.reader, r.rows) for r in clean.plain.reads] == [
         ("spark.read.parquet", 62),
         ("pyarrow.parquet.read_table", 62),
+        ("pyarrow.dataset", 62),
         ("pandas.read_parquet", 62),
     ]
 
@@ -517,6 +518,7 @@ def test_a_stray_base_and_a_lagging_tail_are_not_converged_for_plain_readers(
     twice = "reads 123 rows for the table's 61: 61 keys read more than once"
     assert f"spark.read.parquet: {twice}" in text
     assert f"pyarrow.parquet.read_table: {twice}" in text
+    assert f"pyarrow.dataset: {twice}" in text
     assert '1 key the table does not have (a deleted row back?), e.g. {"id":3}' in text
     assert "pandas.read_parquet: reads 123 rows for the table's 61; 61 keys read more than" in text
     assert "why: current/ holds base-000000000001, which the table's metadata does not name" in text
@@ -568,6 +570,7 @@ def test_a_base_of_the_layout_before_issue_26_is_read_by_plain_readers_after_the
         "pyarrow.parquet.read_table: reads 0 rows for the table's 62: no data file found; "
         '62 keys missing, e.g. {"id":-1}'
     ) in text
+    assert "pyarrow.dataset: reads 0 rows for the table's 62: no data file found" in text
     assert "pandas.read_parquet: reads 0 rows for the table's 62" in text
     assert "why: its base current/__base=000000000001 is of an older layout" in text
 

@@ -279,8 +279,9 @@ def test_pyarrow_and_pandas_read_current_after_a_run_as_the_table(capture: Any) 
     read 0 rows of a base in ``current/__base=<batch>`` (a name starting with ``_``). After a
     run (a snapshot, then log changes compacted at its end), each plain reader reads the
     table's rows, no column the table lacks but the meta columns, and ``__batch`` of the
-    type Spark reads in ``changelog/``."""
+    type Spark reads in ``changelog/`` (bigint); and pyarrow and pandas read the changelog."""
     import pandas as pd
+    import pyarrow.dataset as ds
     import pyarrow.parquet as pq
 
     from snapshotter.sinks.spark.types import META_COLUMNS
@@ -322,9 +323,14 @@ def test_pyarrow_and_pandas_read_current_after_a_run_as_the_table(capture: Any) 
     assert by_id.loc[7, "name"] == "n7+" and by_id.loc[1001, "name"] == "new"
     assert 11 not in by_id.index
 
-    # One type for __batch: int, as Spark reads the changelog's partition column.
+    # One type for __batch (issue 27): bigint, a column of the changelog's files as of
+    # current/'s, never a partition directory's name; pyarrow and pandas read the changelog.
     spark = cap.lander().spark
-    int_type = spark.read.parquet(changelog).schema["__batch"].dataType
-    assert int_type.simpleString() == "int"
-    assert spark.read.parquet(current).schema["__batch"].dataType == int_type
-    assert arrow.schema.field("__batch").type == pa.int32()
+    long_type = spark.read.parquet(changelog).schema["__batch"].dataType
+    assert long_type.simpleString() == "bigint"
+    assert spark.read.parquet(current).schema["__batch"].dataType == long_type
+    assert arrow.schema.field("__batch").type == pa.int64()
+    events = ds.dataset(changelog, format="parquet").to_table()
+    assert events.schema.field("__batch").type == pa.int64()
+    assert events.num_rows == spark.read.parquet(changelog).count() > len(expected)
+    assert len(pd.read_parquet(changelog)) == events.num_rows

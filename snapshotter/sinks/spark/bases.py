@@ -3,10 +3,12 @@ metadata names (what a compaction cut short by a crash leaves).
 
 A base is a set of files directly in ``current/``, each named ``<base>.<file>``, where
 ``<base>`` is ``base-<batch, 12 digits>`` (``-<tag>`` after it when a compaction at the
-batch the base is already named after writes beside it): Spark's part files of the
-compaction (``base-000000000012.part-00000-<uuid>-c000.snappy.parquet``) and the files of
-READ rows appended to it (``<base>.b<batch, 12 digits>-<uuid>.parquet``). Flat, because
-that is the one layout every plain reader reads whole with its default options (issue 26):
+batch the base is already named after writes beside it): its bucket files
+(``<base>.bucket-00003.parquet``, ``formats.parquet``), the files of READ rows appended to it
+(``<base>.b<batch, 12 digits>-<uuid>.parquet``), or, written before issue 27, Spark's part
+files of a compaction (``base-000000000012.part-00000-<uuid>-c000.snappy.parquet``).
+Flat, because that is the one layout every plain reader reads whole with its default
+options (issue 26):
 
 * ``spark.read.parquet(current)`` reads the files of ``current/`` and of partition
   directories (``name=value``) only: a plain subdirectory is not read at all (0 files:
@@ -15,11 +17,10 @@ that is the one layout every plain reader reads whole with its default options (
   pyarrow (``pyarrow.parquet.read_table``, ``pyarrow.dataset``) and pandas skip every name
   starting with ``_`` or ``.``: they read 0 rows of ``current/__base=<batch>``, no error.
 
-A compaction has Spark write the new base into ``current/.compacting-<base>/`` (hidden from
-every reader), moves its data files into ``current/`` under the base's name
-(``publish``), then the table's metadata names the new base (the commit), then the old
-base's files are deleted. A crash leaves files of a base the metadata does not name:
-*strays* (``remove_strays``), all of whose rows the changelog holds.
+A compaction (``formats.parquet``) has Spark write the buckets it replaces into
+``current/.compacting-<base>-<tag>/`` (hidden from every reader), commits, then moves them
+into place. What a crash leaves of a base the metadata does not name are *strays*
+(``remove_strays``), all of whose rows the changelog holds.
 
 Older layouts stay recognised, as the base a table's metadata names and as strays to
 remove: a directory ``current/__base=<batch>`` (issues 19 to 25) or ``current/v=<batch>``
@@ -62,7 +63,7 @@ def is_legacy(name: str) -> bool:
     return name.startswith(LEGACY_PREFIXES)
 
 
-def _owner(info: pafs.FileInfo) -> str | None:
+def owner(info: pafs.FileInfo) -> str | None:
     """The base an entry of ``current/`` belongs to (None: not a base's)."""
     name: str = info.base_name
     if info.type is pafs.FileType.Directory:
@@ -82,9 +83,9 @@ def _entries(fs: pafs.FileSystem, current: str) -> list[tuple[str, pafs.FileInfo
     selector = pafs.FileSelector(current, allow_not_found=True)
     found = []
     for info in fs.get_file_info(selector):
-        owner = _owner(info)
-        if owner is not None:
-            found.append((owner, info))
+        name = owner(info)
+        if name is not None:
+            found.append((name, info))
     return found
 
 

@@ -1,10 +1,10 @@
 """Parquet files of the landed tables written and counted with pyarrow, without Spark.
 
 A staged batch is already Parquet in the landed schema, so landing it into the Parquet
-changelog is a copy with the ``__batch`` column moved into the partition directory's name:
-pyarrow does it in milliseconds, where a Spark job costs a JVM second or more (measured in
-the note of issue 16). Spark reads these files as it reads its own: the same Parquet types
-(INT64 microsecond timestamps, UTC-adjusted or not; decimals; UTF-8 strings; 3-level lists).
+changelog is a copy (``formats.parquet_changelog``): pyarrow does it in milliseconds, where
+a Spark job costs a JVM second or more (measured in the note of issue 16). Spark reads these
+files as it reads its own: the same Parquet types (INT64 microsecond timestamps, UTC-adjusted
+or not; decimals; UTF-8 strings; 3-level lists).
 
 Readers never see a half-written file: a file is written under a hidden name (``.`` first,
 which Spark and pyarrow skip) and renamed into place.
@@ -19,22 +19,12 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-_PART = "part-"
-
 
 def _write(fs: pafs.FileSystem, directory: str, name: str, table: pa.Table) -> None:
     fs.create_dir(directory, recursive=True)
     hidden = f"{directory}/.{name}.tmp"
     pq.write_table(table, hidden, filesystem=fs)
     fs.move(hidden, f"{directory}/{name}")
-
-
-def replace_partition(fs: pafs.FileSystem, directory: str, table: pa.Table) -> None:
-    """Make ``directory`` hold exactly ``table`` (one file): a landing again of the same
-    batch replaces what the first one wrote, as Spark's dynamic partition overwrite does."""
-    if fs.get_file_info(directory).type is not pafs.FileType.NotFound:
-        fs.delete_dir(directory)
-    _write(fs, directory, f"{_PART}{uuid.uuid4().hex}.parquet", table)
 
 
 def add_file(fs: pafs.FileSystem, directory: str, prefix: str, table: pa.Table) -> None:

@@ -3,7 +3,7 @@
 Layout under the landing root (a local path or any Hadoop-compatible URI)::
 
     <root>/<schema>.<table>/
-        _snapshotter.json      what was landed: key, format, base version, tail size
+        _snapshotter.json      what was landed: key, format, base, buckets, tail size
         changelog/             every event, with __op, __pos, __ts_ms, __snapshot, __batch
         current/               the current state: per key the event with the highest __pos,
                                deletes removed
@@ -13,43 +13,43 @@ Both are Parquet directories (``format = "parquet"``) or Delta tables (``"delta"
 Landing costs in proportion to the batch, not the table:
 
 * The changelog is appended per batch. Each landing overwrites exactly the batches it lands
-  (Parquet: the ``__batch=N`` partitions, each replaced whole; Delta:
+  (Parquet: one file per batch, ``changelog/batch-<N>.parquet`` with ``__batch`` inside,
+  replaced by a rename over it, ``formats.parquet_changelog``; Delta:
   ``replaceWhere __batch BETWEEN lo AND hi``), so landing a batch twice changes nothing.
-  Parquet partitions are written with pyarrow (``landing.files``): a staged batch already
-  is Parquet of the landed schema, and a Spark job per landing cost more JVM CPU than the
-  whole engine spent on the same rows.
+  Parquet files are written with pyarrow: a staged batch already is Parquet of the landed
+  schema, and a Spark job per landing cost more JVM CPU than the whole engine spent on the
+  same rows.
 * Delta: the current state is a Delta table updated by one MERGE per landing, guarded by
   position (a row is replaced only by a higher ``__pos``), so a second landing matches
-  nothing. Delta MERGE scans the key columns of the table to find matches; it rewrites only
-  the files holding matched keys.
+  nothing (``formats.delta``).
 * Parquet has no MERGE, and rewriting the current state per batch would cost the whole table
-  each time (quadratic in all). So the current state is kept as a *base* (a compacted copy:
-  files ``current/base-<batch>.*``, flat so that every plain reader reads them whole, see
-  ``sinks.spark.bases``) plus the changelog *tail* after it, and read merged
-  (``current_state``): per key the row with the highest position. When the tail reaches
-  ``compact_ratio`` of the base (and ``compact_min_rows``), the tail is folded into a new
-  base and the old one is deleted: each row is rewritten a bounded number of times on
-  average, so the total cost stays linear. A plain Parquet reader of ``current/``
-  (``spark.read.parquet``, ``pyarrow.parquet.read_table``, ``pandas.read_parquet``, knowing
-  nothing of snapshotter) sees the state as of the last compaction; ``current_state`` sees
-  the exact state, and ``snapshotter verify`` checks both. So that plain readers see the
-  exact state too whenever the engine is stopped or quiet, every tail is folded in when the
-  sink closes (``compact_idle``: after ``run --until-caught-up``, ``SIGTERM``) and when
-  nothing has landed for a while (the sink's idle compaction).
-* Crash safety of ``current/``: a compaction writes the new base hidden, moves its files
-  into ``current/`` beside the old base's (``bases.publish``), names it in
-  ``_snapshotter.json`` (the commit), then deletes the old base's files. A crash between
-  leaves files of a base no metadata names (a *stray*: before the commit the new base, after
-  it the old one), and a plain reader would read both (keys twice, deleted rows back). A
-  lander that writes starts by taking over every table under the root (``take_over``, the
-  sink does it when it opens, whether or not the run lands the table again): strays are
-  removed and every table's metadata is loaded, so the closing compaction folds in every
-  tail, a tail the crash left included.
+  each time. So the current state is kept as a *base* (a compacted copy, bucketed by a hash
+  of the key: one file per bucket directly in ``current/``, ``formats.parquet``) plus the
+  changelog *tail* after it, and read merged (``current_state``): per key the row with the
+  highest position. When the tail reaches ``compact_ratio`` of the base (and
+  ``compact_min_rows``), it is folded in, rewriting only the buckets its keys fall in. A
+  plain Parquet reader of ``current/`` (``spark.read.parquet``, ``pyarrow.dataset``,
+  ``pandas.read_parquet``, knowing nothing of snapshotter) sees the state as of the last
+  compaction, never a key twice; ``current_state`` sees the exact state, and ``snapshotter
+  verify`` checks both. So that plain readers see the exact state too whenever the engine is
+  stopped or quiet, every tail is folded in when the sink closes (``compact_idle``: after
+  ``run --until-caught-up``, ``SIGTERM``) and when nothing has landed for a while (the
+  sink's idle compaction).
+* Crash safety of ``current/``: a compaction writes the touched buckets hidden, records
+  itself as pending in ``_snapshotter.json`` (the commit), then renames each bucket over its
+  old file (``formats.parquet``). A crash before the commit leaves a hidden directory no
+  metadata names (a *stray*); after it, a pending compaction. A lander that writes starts
+  by taking over every table under the root (``take_over``, the sink does it when it opens,
+  whether or not the run lands the table again): a pending compaction is rolled forward,
+  strays are removed, a changelog of the older layout is rewritten, and every table's
+  metadata is loaded, so the closing compaction folds in every tail, a tail the crash left
+  included.
 * Parquet, appends that need no merge: while a table never landed before gets nothing but
   READ rows of keys it never had (a first snapshot without log traffic on the table:
   ``landing.appends`` decides, exactly), those rows are written straight into the base as
   files of their own (``<base>.b<batch>-*``, replaced when the batch lands again), besides
-  the changelog: ``current/`` stays exact with no Spark job at all. The first row that
+  the changelog: ``current/`` stays exact with no Spark job at all; the next compaction
+  puts them into their buckets. The first row that
   needs a merge ends this for the table, and it lands through the tail from then on.
 * Compaction waits while the sink says the table is being snapshotted
   (``hold_compaction``), so the snapshot's rows are compacted once after it
@@ -70,25 +70,23 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from signals.names import TableId
 from snapshotter.common.faults import failpoint
 from snapshotter.sinks.spark import bases
 from snapshotter.sinks.spark.appends import KnownKeys, Plan
-from snapshotter.sinks.spark.files import replace_partition
+from snapshotter.sinks.spark.formats import parquet, parquet_changelog
 from snapshotter.sinks.spark.formats.delta import DeltaTables
 from snapshotter.sinks.spark.formats.iceberg import IcebergPolicy, IcebergTables
 from snapshotter.sinks.spark.latest import quote, reduce_latest
 from snapshotter.sinks.spark.staging import StagedBatch, StagedTable
 from snapshotter.sinks.spark.types import (
-    BATCH,
     BEFORE,
     RESERVED_COLUMNS,
 )
@@ -144,6 +142,12 @@ class TableMeta:
     # ``__base=<base>`` (issues 19 to 25), and None: ``v=<base>`` (sinks.spark.bases)
     base_dir: str | None = None
     unavailable_columns: list[str] = field(default_factory=list)  # ever landed unavailable
+    # parquet: the bucket count of a bucketed base (None: not bucketed, a layout before
+    # issue 27), the truncate its last compaction applied, and a compaction committed but
+    # not wholly in place (``formats.parquet.Pending``, rolled forward by ``_writing``)
+    buckets: int | None = None
+    compacted_truncate: str | None = None
+    pending: dict[str, Any] | None = None
 
     @property
     def covered(self) -> int | None:
@@ -183,12 +187,14 @@ class Lander:
         compact_min_rows: int = 100_000,
         iceberg: IcebergPolicy | None = None,
         catalog: str | None = None,
+        buckets: int = 0,
     ) -> None:
         self.spark = spark
         self.root = root.rstrip("/")
         self.format = fmt
         self.compact_ratio = compact_ratio
         self.compact_min_rows = compact_min_rows
+        self.buckets = buckets  # parquet: a new base's bucket count (0: from its size)
         self._fs, self._fs_root = pafs.FileSystem.from_uri(self.root)
         self._metas: dict[TableId, TableMeta] = {}
         # Tables whose compaction waits (the sink: while they are being snapshotted, so a
@@ -240,6 +246,8 @@ class Lander:
             return
         self._writes_checked.add(table)
         if meta is not None and meta.format == "parquet":
+            parquet.finish(self, table, meta)  # a compaction committed before a crash
+            parquet_changelog.migrate(self._fs, self._fs_path(table, "changelog"), table)
             current = self._fs_path(table, "current")
             bases.remove_strays(self._fs, current, base_name(meta), table=table, crashed=True)
 
@@ -431,18 +439,19 @@ class Lander:
             if part.file.is_dir():
                 # READ rows read on executors, staged by Spark: landed by Spark too, so they
                 # never pass through this process; the base gets them at a compaction.
-                self.spark.read.parquet(str(part.file)).drop(BATCH).write.mode("overwrite").parquet(
-                    f"{self.table_path(table)}/changelog/{BATCH}={seq}"
+                hidden = f".landing-{seq}-{uuid.uuid4().hex[:8]}"
+                self.spark.read.parquet(str(part.file)).write.mode("overwrite").parquet(
+                    f"{self.table_path(table)}/changelog/{hidden}"
+                )
+                changelog_dir = self._fs_path(table, "changelog")
+                parquet_changelog.replace_from(
+                    self._fs, changelog_dir, seq, f"{changelog_dir}/{hidden}"
                 )
                 self._known.pop(table, None)
                 whole = False
                 continue
             rows = pq.read_table(part.file)
-            replace_partition(
-                self._fs,
-                self._fs_path(table, "changelog", f"{BATCH}={seq}"),
-                rows.drop_columns([BATCH]),
-            )
+            parquet_changelog.replace(self._fs, self._fs_path(table, "changelog"), seq, rows)
             known = self._known.get(table)
             plan = None if known is None else known.plan(rows)
             if known is None or plan is None:
@@ -485,10 +494,6 @@ class Lander:
             nothing_before = meta.landed_through == 0 and seq == first_seq
             meta.base, meta.base_through = base, (seq - 1 if nothing_before else 0)
             meta.base_dir = bases.base_name_for(seq)
-        # ``__batch`` typed as the changelog's partition column reads (int).
-        data = data.set_column(
-            data.schema.get_field_index(BATCH), BATCH, data.column(BATCH).cast(pa.int32())
-        )
         bases.append(self._fs, self._fs_path(table, "current"), _named(meta), seq, data)
         meta.base_rows += data.num_rows
         meta.appended_through = seq
@@ -528,71 +533,24 @@ class Lander:
     # ------------------------------------------------------------------ compaction (parquet)
 
     def compact(self, table: TableId) -> None:
-        """Fold the changelog tail into a new base (parquet format)."""
+        """Fold the changelog tail into the base, bucket by bucket (``formats.parquet``)."""
         meta = self.meta(table)
         if meta is None or self.format != "parquet":
             return
         self._writing(table, meta)
-        upto = meta.landed_through
-        if meta.covered == upto and not _legacy_base(meta):
+        if meta.covered == meta.landed_through and not _legacy_base(meta):
             return
-        started = time.monotonic()
-        # ``__batch`` typed as the changelog's partition column reads (int), so a reader of
-        # both sees one type.
-        state = self._merged(table, meta, upto).withColumn(BATCH, F.col(BATCH).cast("int"))
-        name = bases.base_name_for(upto)
-        if name == base_name(meta):  # the base was named after this batch: never overwrite
-            name += f"-{uuid.uuid4().hex[:8]}"  # what is being read (Spark reads lazily)
-        # Written hidden, then its files moved into current/ (sinks.spark.bases).
-        written = f"{self.table_path(table)}/current/{bases.WRITING}{name}"
-        state.write.mode("overwrite").parquet(written)
-        current = self._fs_path(table, "current")
-        bases.publish(self._fs, current, name)
-        # A crash here leaves the new base a stray: the metadata names the old one.
-        failpoint("spark.compact.written")
-        # Counted from the footers: a Spark count would read the new base again.
-        rows = bases.rows(self._fs, current, name)
-        meta.base, meta.base_rows, meta.tail_rows = upto, rows, 0
-        meta.base_dir = name
-        meta.base_through = None  # the new base holds the appends too
-        self._save_meta(table, meta)
-        # A crash here leaves the old base a stray: the metadata names the new one.
-        failpoint("spark.compact.named")
-        # The old base, and any a crash left: current/ holds the new base only.
-        bases.remove_strays(self._fs, current, name, table=table, crashed=False)
-        log.info(
-            "%s: current state compacted at batch %d: %d rows in %.1f s",
-            table,
-            upto,
-            rows,
-            time.monotonic() - started,
-        )
+        parquet.compact(self, table, meta)
 
-    def _merged(self, table: TableId, meta: TableMeta, upto: int | None = None) -> DataFrame:
-        path = self.table_path(table)
-        parts: list[DataFrame] = []
+    def _merged(self, table: TableId, meta: TableMeta) -> DataFrame:
         base = base_name(meta)
+        names: list[str] = []
         if base is not None:
             current = self._fs_path(table, "current")
             files = [base] if bases.is_legacy(base) else bases.files(self._fs, current, base)
-            if files:  # a base of no rows may have no file
-                uris = [f"{path}/current/{f.rsplit('/', 1)[-1]}" for f in files]
-                parts.append(
-                    self.spark.read.parquet(*uris).withColumn(BATCH, F.col(BATCH).cast("long"))
-                )
-        tail = self.spark.read.option("mergeSchema", "true").parquet(f"{path}/changelog")
-        tail = tail.withColumn(BATCH, F.col(BATCH).cast("long"))
-        if meta.covered is not None:
-            tail = tail.where(F.col(BATCH) > meta.covered)
-        if upto is not None:
-            tail = tail.where(F.col(BATCH) <= upto)
-        parts.append(tail)
-        merged = parts[0]
-        for part in parts[1:]:
-            merged = merged.unionByName(part, allowMissingColumns=True)
-        return reduce_latest(
-            merged, meta.key_columns, meta.unavailable_columns, after=meta.truncated_at
-        )
+            names = [f.rsplit("/", 1)[-1] for f in files]  # a base of no rows may have none
+        rows = parquet.base_rows(self, table, names)
+        return parquet.merged(self, meta, [rows, parquet.tail(self, table, meta, None)])
 
     # ------------------------------------------------------------------ reading
 
@@ -616,7 +574,7 @@ class Lander:
         path = f"{self.table_path(table)}/changelog"
         if self.format == "delta":
             return self.spark.read.format("delta").load(path)
-        return self.spark.read.option("mergeSchema", "true").parquet(path)
+        return parquet_changelog.read(self.spark, path, self._fs, self._fs_path(table, "changelog"))
 
 
 def landed_tables(root: str) -> list[TableId]:

@@ -180,6 +180,7 @@ class SparkSink:
                 sink.format,
                 compact_ratio=sink.compact_ratio,
                 compact_min_rows=sink.compact_min_rows,
+                buckets=sink.buckets,
                 catalog=sink.catalog,
                 iceberg=IcebergPolicy(
                     catalog=sink.catalog,

@@ -1,0 +1,320 @@
+"""Parquet ``current/``: a base bucketed by a hash of the key, compacted bucket by bucket.
+
+The base is ``N`` files directly in ``current/``, one per bucket,
+``<base>.bucket-<i, 5 digits>.parquet``: a key lives in bucket
+``pmod(xxhash64(key columns), N)``, computed by Spark (its ``xxhash64`` of the landed
+columns' Spark types) wherever rows are given a bucket: at the first bucketing and at every
+compaction, for the base and for the tail alike. ``N`` is ``[sink] buckets``, or, when that
+is 0, chosen at the table's first bucketing from its size (a power of two, about
+``ROWS_PER_BUCKET`` rows each); it is recorded in ``_snapshotter.json`` and kept for the
+table's life.
+
+A compaction reads the changelog tail, finds the buckets its keys fall in, and rewrites only
+those: per touched bucket, its file and its tail rows merged (``reduce_latest``: per key the
+highest ``__pos``, deletes dropped, unavailable TOAST values carried). Untouched buckets are
+neither read nor written, so the cost grows with the change, not the table.
+
+Replacing buckets so a plain reader never sees a key twice, nor a deleted row back:
+
+1. Spark writes the touched buckets hidden, ``current/.compacting-<base>-<tag>/``, one file
+   per bucket (a touched bucket left with no rows gets an empty file, never a deletion,
+   so a reader that listed the file still opens it);
+2. the metadata records the compaction as *pending* (the commit: from here on it is rolled
+   forward, by ``finish`` now or by ``Lander.take_over`` after a crash);
+3. files that the new base supersedes are deleted (another base's, a crash's, READ rows
+   appended as files of their own); then each new bucket file is renamed over its old one,
+   same name: on a local or POSIX filesystem an atomic replacement, a reader opens the old
+   file or the new one, and a key is only ever in its one bucket;
+4. the metadata names the result (``pending`` cleared).
+
+A crash before 2 leaves a hidden directory no metadata names (removed as a stray); after it,
+the roll-forward moves what is left of the hidden directory into place. A compaction that
+supersedes files (the first bucketing, a table's appended READ rows, an older layout) deletes
+them before renaming the buckets in: a reader in between may miss those rows for a moment,
+but never reads a key twice.
+
+Such a compaction is *full* (every bucket written): when the base is not bucketed yet (a flat
+base of the previous version, a directory of an older layout, or appended files only), when
+READ rows were appended as files since, when a truncate landed since the last compaction
+(it empties every bucket), when the tail has columns the base has not (every file of a
+table keeps one schema, as plain readers take the schema of one file), or when a key
+column's type changed (``xxhash64`` hashes by type).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from signals.names import TableId
+from snapshotter.common.faults import failpoint
+from snapshotter.sinks.spark import bases
+from snapshotter.sinks.spark.files import parquet_files
+from snapshotter.sinks.spark.formats import parquet_changelog
+from snapshotter.sinks.spark.latest import quote, reduce_latest
+from snapshotter.sinks.spark.types import BATCH, OP
+
+if TYPE_CHECKING:
+    from snapshotter.sinks.spark.lander import Lander, TableMeta
+
+log = logging.getLogger(__name__)
+
+BUCKET = "__snapshotter_bucket"  # the hidden write's partition column (never in a file)
+ROWS_PER_BUCKET = 1_000_000
+MAX_BUCKETS = 1 << 16
+_BUCKET_FILE = "bucket-"
+
+
+def bucket_of(keys: list[str], count: int) -> Column:
+    """The bucket of a row: the one hash every bucket assignment uses."""
+    return F.pmod(F.xxhash64(*[F.col(quote(k)) for k in keys]), F.lit(count))
+
+
+def bucket_count(configured: int, rows: int) -> int:
+    """``configured``, or (0) a power of two giving about ``ROWS_PER_BUCKET`` rows each."""
+    if configured > 0:
+        return configured
+    count = 1
+    while count * ROWS_PER_BUCKET < rows and count < MAX_BUCKETS:
+        count *= 2
+    return count
+
+
+def bucket_file_name(base: str, bucket: int) -> str:
+    return f"{base}.{_BUCKET_FILE}{bucket:05d}.parquet"
+
+
+def _bucket_index(base: str, name: str) -> int | None:
+    """The bucket a file of ``current/`` is (None: not a bucket file of ``base``)."""
+    prefix = f"{base}.{_BUCKET_FILE}"
+    digits = name[len(prefix) : len(prefix) + 5]
+    if name.startswith(prefix) and name.endswith(".parquet") and digits.isdigit():
+        return int(digits)
+    return None
+
+
+@dataclass
+class Pending:
+    """A compaction committed but not yet wholly in place (``TableMeta.pending``)."""
+
+    base: str  # the base's name after it
+    hidden: str  # the directory under current/ holding the new bucket files
+    upto: int  # the last batch it holds
+    buckets: int  # the bucket count
+    touched: list[int]  # the buckets it replaces
+    full: bool  # whether it supersedes every other file of current/
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def tail(lander: Lander, table: TableId, meta: TableMeta, upto: int | None) -> DataFrame | None:
+    """The changelog rows the base does not hold (up to batch ``upto``), ``__batch`` long."""
+    path = f"{lander.table_path(table)}/changelog"
+    directory = lander._fs_path(table, "changelog")
+    return parquet_changelog.read(lander.spark, path, lander._fs, directory, meta.covered, upto)
+
+
+def base_rows(lander: Lander, table: TableId, names: list[str]) -> DataFrame | None:
+    """The rows of the base files ``names`` (files of ``current/``), ``__batch`` long."""
+    if not names:
+        return None
+    current = f"{lander.table_path(table)}/current"
+    rows = lander.spark.read.parquet(*[f"{current}/{n}" for n in names])
+    return rows.withColumn(BATCH, F.col(BATCH).cast("long"))
+
+
+def merged(lander: Lander, meta: TableMeta, parts: list[DataFrame | None]) -> DataFrame:
+    present = [p for p in parts if p is not None]
+    if not present:  # no base file, no tail batch: an empty state of the landed columns
+        raise RuntimeError("nothing landed to merge")
+    out = present[0]
+    for part in present[1:]:
+        out = out.unionByName(part, allowMissingColumns=True)
+    return reduce_latest(out, meta.key_columns, meta.unavailable_columns, after=meta.truncated_at)
+
+
+def _full_reason(
+    lander: Lander, table: TableId, meta: TableMeta, rows: DataFrame | None, current: str
+) -> str | None:
+    """Why this compaction must write every bucket (None: only the touched ones)."""
+    name = _base_name(meta)
+    if meta.buckets is None or name is None or bases.is_legacy(name):
+        return "the base is not bucketed yet"
+    if meta.truncated_at != meta.compacted_truncate:
+        return "a truncate landed"
+    listed = {
+        _leaf(p): _bucket_index(name, _leaf(p)) for p in bases.files(lander._fs, current, name)
+    }
+    if None in listed.values():
+        return "READ rows were appended as files"
+    if set(listed.values()) != set(range(meta.buckets)):
+        return "bucket files are missing"
+    if rows is None:
+        return None
+    base = lander.spark.read.parquet(
+        f"{lander.table_path(table)}/current/{bucket_file_name(name, 0)}"
+    )
+    if set(rows.columns) - set(base.columns):
+        return "the tail has columns the base has not"
+    # xxhash64 hashes by type: a key column of another type puts a key in another bucket.
+    if any(rows.schema[k].dataType != base.schema[k].dataType for k in meta.key_columns):
+        return "a key column's type changed"
+    return None
+
+
+def compact(lander: Lander, table: TableId, meta: TableMeta) -> None:
+    """Fold the changelog tail into the bucketed base, rewriting only what it touches."""
+    started = time.monotonic()
+    upto = meta.landed_through
+    path = lander.table_path(table)
+    current = lander._fs_path(table, "current")
+    rows = tail(lander, table, meta, upto)
+    reason = _full_reason(lander, table, meta, rows, current)
+    keys = meta.key_columns
+    old = _base_name(meta)
+    if reason is None:
+        assert meta.buckets is not None and old is not None
+        count, name = meta.buckets, old
+        touched = []
+        if rows is not None:
+            keyed = rows.where(F.col(OP) != "t").withColumn(BUCKET, bucket_of(keys, count))
+            touched = sorted(int(r[0]) for r in keyed.select(BUCKET).distinct().collect())
+        names = [bucket_file_name(name, i) for i in touched]
+        state = merged(lander, meta, [base_rows(lander, table, names), rows])
+    else:
+        if meta.buckets is not None and old is not None and not bases.is_legacy(old):
+            count, name = meta.buckets, old
+        else:
+            count = bucket_count(lander.buckets, meta.base_rows + meta.tail_rows)
+            name = bases.base_name_for(upto)
+            if name == old:
+                name += f"-{uuid.uuid4().hex[:8]}"
+        touched = list(range(count))
+        existing = [] if old is None else _base_files(lander, current, old)
+        state = merged(lander, meta, [base_rows(lander, table, existing), rows])
+    hidden = f"{bases.WRITING}{name}-{uuid.uuid4().hex[:8]}"
+    # ``__batch`` bigint, as in the changelog (a base of an older layout had int).
+    state = state.withColumn(BATCH, F.col(BATCH).cast("long"))
+    state = state.withColumn(BUCKET, bucket_of(keys, count))
+    if touched:
+        written = state.repartition(len(touched), F.col(BUCKET))
+        written.write.mode("overwrite").partitionBy(BUCKET).parquet(f"{path}/current/{hidden}")
+        _fill_empty(lander, current, hidden, name, touched, state)
+    # A crash here leaves the hidden directory a stray: the metadata does not name it.
+    failpoint("spark.compact.written")
+    meta.pending = Pending(name, hidden, upto, count, touched, reason is not None).to_json()
+    lander._save_meta(table, meta)  # the commit: rolled forward from here on
+    # A crash here leaves the compaction pending: take_over rolls it forward.
+    failpoint("spark.compact.named")
+    finish(lander, table, meta)
+    log.info(
+        "%s: current state compacted at batch %d: %d of %d buckets rewritten%s in %.1f s",
+        table,
+        upto,
+        len(touched),
+        count,
+        f" ({reason})" if reason else "",
+        time.monotonic() - started,
+    )
+
+
+def finish(lander: Lander, table: TableId, meta: TableMeta) -> None:
+    """Put a committed compaction (``meta.pending``) in place; idempotent, so it also rolls
+    forward one a crash cut short."""
+    if meta.pending is None:
+        return
+    pending = Pending(**meta.pending)
+    fs, current = lander._fs, lander._fs_path(table, "current")
+    hidden = f"{current}/{pending.hidden}"
+    # What the new base supersedes goes first: a key is never in two files.
+    for info in fs.get_file_info(pafs.FileSelector(current, allow_not_found=True)):
+        if info.path.rstrip("/") == hidden.rstrip("/"):
+            continue
+        owner = bases.owner(info)
+        if owner is None:
+            continue
+        if owner == pending.base:
+            index = _bucket_index(pending.base, info.base_name)
+            if index is not None and index < pending.buckets:
+                continue
+            if not pending.full and info.type is pafs.FileType.File:
+                continue  # files appended after this compaction began are kept
+        if info.type is pafs.FileType.Directory:
+            fs.delete_dir(info.path)
+        else:
+            fs.delete_file(info.path)
+    for bucket in pending.touched:
+        written = parquet_files(fs, f"{hidden}/{BUCKET}={bucket}")
+        if len(written) > 1:
+            raise RuntimeError(f"{hidden}: bucket {bucket} was written as {len(written)} files")
+        if written:  # else moved already, before a crash
+            fs.move(written[0], f"{current}/{bucket_file_name(pending.base, bucket)}")
+    if fs.get_file_info(hidden).type is not pafs.FileType.NotFound:
+        fs.delete_dir(hidden)
+    meta.base, meta.base_dir, meta.buckets = pending.upto, pending.base, pending.buckets
+    meta.base_through = None
+    meta.appended_through = None if pending.full else meta.appended_through
+    meta.tail_rows = 0
+    meta.compacted_truncate = meta.truncated_at
+    meta.base_rows = bases.rows(fs, current, pending.base)
+    meta.pending = None
+    lander._save_meta(table, meta)
+
+
+def _fill_empty(
+    lander: Lander, current: str, hidden: str, name: str, touched: list[int], state: DataFrame
+) -> None:
+    """An empty file for each touched bucket the merge left without rows: a bucket file is
+    replaced, never deleted (a reader that listed it still opens it)."""
+    fs = lander._fs
+    directory = f"{current}/{hidden}"
+    empty = [i for i in touched if not parquet_files(fs, f"{directory}/{BUCKET}={i}")]
+    if not empty:
+        return
+    schema = _schema_of(fs, parquet_files(fs, directory))
+    if schema is None:
+        schema = _schema_of(fs, _base_files(lander, current, name))
+    if schema is None:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        schema = to_arrow_schema(state.drop(BUCKET).schema)
+    for i in empty:
+        target = f"{directory}/{BUCKET}={i}"
+        fs.create_dir(target, recursive=True)
+        pq.write_table(schema.empty_table(), f"{target}/part-empty.parquet", filesystem=fs)
+
+
+def _schema_of(fs: pafs.FileSystem, paths: list[str]) -> pa.Schema | None:
+    for path in paths:
+        if fs.get_file_info(path).type is pafs.FileType.File:
+            with fs.open_input_file(path) as f:
+                schema: pa.Schema = pq.ParquetFile(f).schema_arrow
+                return schema
+    return None
+
+
+def _base_files(lander: Lander, current: str, base: str) -> list[str]:
+    """The names under ``current/`` of ``base``'s files (a directory base: itself)."""
+    if bases.is_legacy(base):
+        return [base]
+    return [_leaf(p) for p in bases.files(lander._fs, current, base)]
+
+
+def _base_name(meta: TableMeta) -> str | None:
+    from snapshotter.sinks.spark.lander import base_name
+
+    return base_name(meta)
+
+
+def _leaf(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1]
