@@ -61,7 +61,7 @@ from snapshotter.sinks.spark import bases
 from snapshotter.sinks.spark.files import parquet_files
 from snapshotter.sinks.spark.formats import parquet_changelog
 from snapshotter.sinks.spark.latest import quote, reduce_latest
-from snapshotter.sinks.spark.types import BATCH, OP
+from snapshotter.sinks.spark.types import BATCH, BEFORE, OP
 
 if TYPE_CHECKING:
     from snapshotter.sinks.spark.lander import Lander, TableMeta
@@ -164,7 +164,7 @@ def _full_reason(
     base = lander.spark.read.parquet(
         f"{lander.table_path(table)}/current/{bucket_file_name(name, 0)}"
     )
-    if set(rows.columns) - set(base.columns):
+    if set(rows.columns) - set(base.columns) - {BEFORE}:  # __before: the changelog's only
         return "the tail has columns the base has not"
     # xxhash64 hashes by type: a key column of another type puts a key in another bucket.
     if any(rows.schema[k].dataType != base.schema[k].dataType for k in meta.key_columns):
