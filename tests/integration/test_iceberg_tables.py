@@ -1,0 +1,194 @@
+"""The Iceberg format's tables through the lander alone (real Spark in local mode, real
+Iceberg; judged by Spark SQL through the catalog, by Iceberg's own metadata tables, and by
+pyiceberg without Spark): maintenance folds deletion vectors and small files in and expires
+snapshots per the policy, the tables equal before and after; a catalog the user names under
+``[spark] conf`` holds the tables (nothing at the landing root); an unknown catalog name is
+refused with the conf keys to set; columns widened and dropped at the source."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from signals.names import TableId
+from snapshotter.config import SparkConfig
+from snapshotter.core.events import ChangeEvent, Op, SnapshotMarker, Source
+from snapshotter.core.position import Position
+from snapshotter.core.window import ReadBatch
+from snapshotter.sinks.spark.formats.iceberg import IcebergError, IcebergPolicy
+from snapshotter.sinks.spark.lander import Lander
+from snapshotter.sinks.spark.session import spark_session
+from snapshotter.sinks.spark.staging import StagedBatch, StagingArea
+from snapshotter.sinks.spark.types import events_to_landed, read_batch_to_landed
+from snapshotter.sources.base import ColumnInfo, TableSchema
+from tests.integration.engine_harness import SPARK_MASTER
+
+pytestmark = pytest.mark.integration
+
+TABLE = TableId("shop", "items")
+KEYS = ["id"]
+COLUMNS = (
+    ColumnInfo("id", "bigint", 20, False, pa.int64()),
+    ColumnInfo("qty", "integer", 23, True, pa.int32()),
+    ColumnInfo("name", "text", 25, True, pa.string()),
+)
+SCHEMA = TableSchema(TABLE, COLUMNS, ("id",))
+
+
+def _source(pos: int) -> Source:
+    return Source("postgresql", "shop", "shop", TABLE, Position(pos), 1, SnapshotMarker.FALSE)
+
+
+def chunk(keys: range, close: int) -> ReadBatch:
+    rows = pa.Table.from_pylist(
+        [{"id": k, "qty": k, "name": f"r{k}"} for k in keys], schema=SCHEMA.arrow_schema()
+    )
+    batch = ReadBatch("w", TABLE, ("id",), rows, Position(close), len(keys), None, False)
+    return batch.stamped(_source(close), 5, None)
+
+
+def log(op: str, key: int, pos: int, **row: Any) -> ChangeEvent:
+    if op == "d":
+        return ChangeEvent(Op.DELETE, _source(pos), 1, (key,), before={"id": key})
+    after = {"id": key, "qty": key, "name": f"log{key}", **row}
+    return ChangeEvent(Op(op), _source(pos), 1, (key,), after=after)
+
+
+class Lake:
+    def __init__(self, tmp_path: Path, policy: IcebergPolicy) -> None:
+        self.spark = spark_session(SparkConfig(master=SPARK_MASTER), iceberg=True)
+        self.staging = StagingArea(tmp_path / "staging")
+        self.staging.open()
+        self.root = tmp_path / "lake"
+        self.lander = Lander(self.spark, str(self.root), "iceberg", iceberg=policy)
+        self.tables = self.lander.iceberg
+        self.schema = SCHEMA
+
+    def stage(self, seq: int, *pieces: ReadBatch | list[ChangeEvent]) -> StagedBatch:
+        parts = [
+            read_batch_to_landed(self.schema, p, seq)
+            if isinstance(p, ReadBatch)
+            else events_to_landed(self.schema, KEYS, p, seq)
+            for p in pieces
+        ]
+        return self.staging.stage(seq, [(TABLE, KEYS, pa.concat_tables(parts))])
+
+    def land(self, seq: int, *pieces: ReadBatch | list[ChangeEvent]) -> None:
+        self.lander.land([self.stage(seq, *pieces)])
+
+    def spark_rows(self, *columns: str) -> dict[int, tuple[Any, ...]]:
+        """The current state through the catalog with Spark SQL."""
+        rows = self.spark.sql(
+            f"SELECT {', '.join(columns)} FROM {self.tables.current_name(TABLE)}"
+        ).collect()
+        state = {r["id"]: tuple(r[c] for c in columns) for r in rows}
+        assert len(state) == len(rows), "a key twice in the current state"
+        return state
+
+    def pyiceberg_rows(self, *columns: str) -> dict[int, tuple[Any, ...]]:
+        """The current state without Spark: pyiceberg from the newest metadata file."""
+        from pyiceberg.table import StaticTable
+
+        location = self.tables.metadata_location(TABLE)
+        assert location is not None
+        rows = StaticTable.from_metadata(location).scan().to_arrow().to_pylist()
+        state = {r["id"]: tuple(r[c] for c in columns) for r in rows}
+        assert len(state) == len(rows), "a key twice in the current state (pyiceberg)"
+        return state
+
+    def count(self, name: str, metadata_table: str) -> int:
+        return int(self.spark.sql(f"SELECT count(*) FROM {name}.{metadata_table}").first()[0])
+
+
+def test_maintenance_folds_deletes_and_small_files_in_and_expires_snapshots(
+    tmp_path: Path,
+) -> None:
+    lake = Lake(
+        tmp_path, IcebergPolicy(maintenance_interval_s=0, snapshot_retention_s=0, snapshots_kept=2)
+    )
+    lake.land(1, chunk(range(0, 40), 100))
+    expected = {k: (k, f"r{k}") for k in range(40)}
+    pos = 200
+    for seq in range(2, 8):  # six log batches: each a MERGE (new data files, deletion vectors)
+        events = [log("u", seq * 3, pos), log("d", seq * 3 + 1, pos + 1)]
+        events.append(log("c", 100 + seq, pos + 2))
+        lake.land(seq, events)
+        expected[seq * 3] = (seq * 3, f"log{seq * 3}")
+        del expected[seq * 3 + 1]
+        expected[100 + seq] = (100 + seq, f"log{100 + seq}")
+        pos += 10
+    current = lake.tables.current_name(TABLE)
+    changelog = lake.tables.changelog_name(TABLE)
+    data_before = lake.count(current, "data_files")
+    # Merge-on-read: no data file rewritten, the deleted rows in a deletion vector (format 3:
+    # one per data file, each MERGE's replacing the one before).
+    assert lake.count(current, "delete_files") >= 1
+    assert data_before >= 7
+    assert lake.count(current, "snapshots") >= 7
+    assert lake.count(changelog, "snapshots") >= 7
+    assert lake.spark_rows("id", "qty", "name") == {k: (k, *v) for k, v in expected.items()}, (
+        "before maintenance"
+    )
+
+    assert lake.lander.has_tails()  # landed since its last maintenance: due
+    assert lake.lander.compact_idle() == [TABLE]
+    # The deletion vectors folded into rewritten data files, the small files into fewer.
+    assert lake.count(current, "delete_files") == 0
+    assert lake.count(current, "data_files") < data_before
+    # Every snapshot older than snapshot_retention_s (0) expired, the last snapshots_kept kept.
+    assert lake.count(current, "snapshots") == 2
+    assert lake.count(changelog, "snapshots") == 2
+    want = {k: (k, *v) for k, v in expected.items()}
+    assert lake.spark_rows("id", "qty", "name") == want
+    assert lake.pyiceberg_rows("id", "qty", "name") == want
+    assert lake.lander.changelog(TABLE) is not None
+    assert lake.lander.changelog(TABLE).count() == 40 + 6 * 3  # type: ignore[union-attr]
+    # Nothing landed since: nothing is due, and an idle lander does nothing.
+    assert not lake.lander.has_tails()
+    assert lake.lander.compact_idle() == []
+
+
+def test_maintenance_waits_for_its_interval(tmp_path: Path) -> None:
+    lake = Lake(tmp_path, IcebergPolicy(maintenance_interval_s=3600))
+    lake.land(1, chunk(range(0, 10), 100))
+    assert lake.lander.compact_idle() == [TABLE]  # never maintained: due at once
+    lake.land(2, [log("u", 1, 200)])
+    assert not lake.lander.has_tails()  # landed again, but maintained under an hour ago
+    assert lake.lander.compact_idle() == []
+    assert lake.spark_rows("id", "name")[1] == (1, "log1")
+
+
+def test_a_catalog_the_user_names_holds_the_tables(tmp_path: Path) -> None:
+    spark = spark_session(SparkConfig(master=SPARK_MASTER), iceberg=True)
+    warehouse = tmp_path / "elsewhere"
+    # What [spark] conf sets for a catalog of the user's (here a Hadoop one; REST, Hive,
+    # Glue or Nessie are the same keys with their type or uri).
+    spark.conf.set("spark.sql.catalog.lake27", "org.apache.iceberg.spark.SparkCatalog")
+    spark.conf.set("spark.sql.catalog.lake27.type", "hadoop")
+    spark.conf.set("spark.sql.catalog.lake27.warehouse", str(warehouse))
+    lake = Lake(tmp_path, IcebergPolicy(catalog="lake27"))
+    assert lake.tables.current_name(TABLE) == "`lake27`.`shop`.`items`"
+    lake.land(1, chunk(range(0, 5), 100))
+    lake.land(2, [log("u", 1, 200), log("d", 2, 201)])
+    want = {0: ("r0",), 1: ("log1",), 3: ("r3",), 4: ("r4",)}
+    rows = spark.table("lake27.shop.items").select("id", "name").collect()
+    assert {r["id"]: (r["name"],) for r in rows} == want
+    assert spark.table("lake27.shop.items_changelog").count() == 7
+    assert lake.pyiceberg_rows("name") == want
+    # The tables are the catalog's, in its warehouse; none at the landing root.
+    assert (warehouse / "shop" / "items" / "metadata").is_dir()
+    assert (warehouse / "shop" / "items_changelog" / "metadata").is_dir()
+    assert not (lake.root / "shop").exists()
+
+
+def test_an_unknown_catalog_is_refused_with_the_keys_to_set(tmp_path: Path) -> None:
+    spark = spark_session(SparkConfig(master=SPARK_MASTER), iceberg=True)
+    with pytest.raises(IcebergError) as refused:
+        Lander(spark, str(tmp_path / "lake"), "iceberg", iceberg=IcebergPolicy(catalog="nolake"))
+    message = str(refused.value)
+    assert 'catalog = "nolake"' in message
+    assert "spark.sql.catalog.nolake" in message
+    assert "[spark] conf" in message
