@@ -50,6 +50,14 @@ def chunk(keys: range, close: int) -> ReadBatch:
     return batch.stamped(_source(close), 5, None)
 
 
+def chunk_without_name(key: int, close: int) -> ReadBatch:
+    """A READ chunk of the table after ``DROP COLUMN name`` (qty by then a bigint)."""
+    schema = pa.schema([("id", pa.int64()), ("qty", pa.int64())])
+    rows = pa.Table.from_pylist([{"id": key, "qty": key}], schema=schema)
+    batch = ReadBatch("w", TABLE, ("id",), rows, Position(close), 1, None, False)
+    return batch.stamped(_source(close), 5, None)
+
+
 def log(op: str, key: int, pos: int, **row: Any) -> ChangeEvent:
     if op == "d":
         return ChangeEvent(Op.DELETE, _source(pos), 1, (key,), before={"id": key})
@@ -192,3 +200,52 @@ def test_an_unknown_catalog_is_refused_with_the_keys_to_set(tmp_path: Path) -> N
     assert 'catalog = "nolake"' in message
     assert "spark.sql.catalog.nolake" in message
     assert "[spark] conf" in message
+
+
+def test_a_column_widened_then_dropped_at_the_source(tmp_path: Path) -> None:
+    """ALTER COLUMN qty TYPE bigint mid-stream: both tables' column widened (Iceberg's
+    int -> long promotion), rows landed before unchanged. DROP COLUMN name: the tables keep
+    the column, NULL in rows landed from then on."""
+    lake = Lake(tmp_path, IcebergPolicy())
+    lake.land(1, chunk(range(0, 4), 100))
+    big = 2**40
+    # A batch staged before the change (qty an int) and one after, landed together.
+    before = lake.stage(2, [log("u", 3, 150, qty=33)])
+    wide = ColumnInfo("qty", "bigint", 20, True, pa.int64())
+    lake.schema = TableSchema(TABLE, (COLUMNS[0], wide, COLUMNS[2]), KEYS)
+    after = lake.stage(3, [log("u", 1, 200, qty=big), log("c", 9, 201, qty=-big)])
+    lake.lander.land([before, after])
+    lake.schema = TableSchema(TABLE, (COLUMNS[0], wide), KEYS)
+    lake.land(
+        4,
+        [log("u", 2, 300, qty=big + 2), log("c", 10, 301, qty=10)],
+        chunk_without_name(11, 302),
+    )
+    want = {
+        0: (0, "r0"),
+        1: (big, "log1"),
+        2: (big + 2, None),
+        3: (33, "log3"),
+        9: (-big, "log9"),
+        10: (10, None),
+        11: (11, None),
+    }
+    assert lake.spark_rows("id", "qty", "name") == {k: (k, *v) for k, v in want.items()}
+    assert lake.pyiceberg_rows("qty", "name") == want
+    for name in (lake.tables.current_name(TABLE), lake.tables.changelog_name(TABLE)):
+        types = {f.name: f.dataType.simpleString() for f in lake.spark.table(name).schema.fields}
+        assert (types["qty"], types["name"]) == ("bigint", "string"), name
+    changelog = lake.lander.changelog(TABLE)
+    assert changelog is not None
+    assert changelog.filter("id = 1 AND qty = 1").count() == 1  # landed before: as it was
+
+
+def test_a_column_changed_to_a_type_it_cannot_widen_to_is_refused(tmp_path: Path) -> None:
+    lake = Lake(tmp_path, IcebergPolicy())
+    lake.land(1, chunk(range(0, 2), 100))
+    text = ColumnInfo("qty", "text", 25, True, pa.string())
+    lake.schema = TableSchema(TABLE, (COLUMNS[0], text, COLUMNS[2]), KEYS)
+    with pytest.raises(IcebergError, match="column qty is string at the source but int"):
+        lake.land(2, [log("u", 1, 200, qty="many")])
+    assert lake.spark_rows("id", "qty") == {0: (0, 0), 1: (1, 1)}  # nothing landed
+    assert lake.lander.changelog(TABLE).count() == 2  # type: ignore[union-attr]

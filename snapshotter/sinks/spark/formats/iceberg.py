@@ -45,6 +45,7 @@ from snapshotter.common.faults import failpoint
 from snapshotter.sinks.spark.appends import KnownKeys
 from snapshotter.sinks.spark.formats.merge import position_merge
 from snapshotter.sinks.spark.formats.split import is_split, split_appends
+from snapshotter.sinks.spark.formats.staged import read_staged, widens
 from snapshotter.sinks.spark.latest import RESTARTED, quote, reduce_latest
 from snapshotter.sinks.spark.types import BATCH, POS
 
@@ -144,13 +145,29 @@ class IcebergTables:
 
     def _evolve(self, name: str, batch: DataFrame) -> None:
         """Columns of ``batch`` the table does not have yet, added (a column added at the
-        source); rows landed before read NULL there."""
-        have = set(self.spark.table(name).columns)
+        source); rows landed before read NULL there. Columns widened at the source (int to
+        bigint, float to double, a decimal's precision raised), widened in the table: an
+        Iceberg type promotion, a metadata change (rows landed before read as the wider
+        type). A column dropped at the source stays (``_conform``: NULL from then on)."""
+        have = {f.name: f.dataType for f in self.spark.table(name).schema.fields}
         for field in batch.schema.fields:
-            if field.name not in have:
+            before = have.get(field.name)
+            if before is None:
                 self.spark.sql(
                     f"ALTER TABLE {name} ADD COLUMN {quote(field.name)} "
                     f"{field.dataType.simpleString()}"
+                )
+            elif before != field.dataType:
+                if not widens(before, field.dataType):
+                    raise IcebergError(
+                        f"{name}: column {field.name} is {field.dataType.simpleString()} at "
+                        f"the source but {before.simpleString()} in the table, and Iceberg "
+                        "widens only int to bigint, float to double and a decimal's "
+                        "precision; land the table into another path (or catalog)"
+                    )
+                self.spark.sql(
+                    f"ALTER TABLE {name} ALTER COLUMN {quote(field.name)} "
+                    f"TYPE {field.dataType.simpleString()}"
                 )
 
     def _conform(self, name: str, rows: DataFrame) -> DataFrame:
@@ -181,7 +198,7 @@ class IcebergTables:
         """Land batches ``lo..hi`` of ``table``. Returns the rows appended without a merge,
         and whether ``known`` may still be used for the next landing."""
         files = [str(s.file) for _, s in parts]
-        batch = self.spark.read.option("mergeSchema", "true").parquet(*files)
+        batch = read_staged(self.spark, files)
         changelog = self.changelog_name(table)
         if self._exists(changelog):
             self._evolve(changelog, batch)
@@ -202,9 +219,7 @@ class IcebergTables:
         rows = 0
         try:
             if appended:
-                rows_in = self.spark.read.option("mergeSchema", "true").parquet(
-                    *[str(p) for p in appended]
-                )
+                rows_in = read_staged(self.spark, [str(p) for p in appended])
                 self._conform(current, rows_in).writeTo(current).append()
                 self._appended_through[table] = hi
                 failpoint("spark.iceberg.appended")  # committed; the merge not yet
@@ -215,10 +230,10 @@ class IcebergTables:
                     args={"truncated": truncated_at},
                 )
             if merged:
-                changes = self.spark.read.option("mergeSchema", "true").parquet(
-                    *[str(p) for p in merged]
-                )
-                self._merge(current, meta, changes, truncated_at)
+                changes = read_staged(self.spark, [str(p) for p in merged])
+                # A column dropped at the source: NULL in the rows it updates, as in those
+                # it inserts (not the value from before the drop).
+                self._merge(current, meta, self._conform(current, changes), truncated_at)
         finally:
             for path in (*appended, *merged):
                 if is_split(path):
