@@ -249,3 +249,36 @@ def test_a_column_changed_to_a_type_it_cannot_widen_to_is_refused(tmp_path: Path
         lake.land(2, [log("u", 1, 200, qty="many")])
     assert lake.spark_rows("id", "qty") == {0: (0, 0), 1: (1, 1)}  # nothing landed
     assert lake.lander.changelog(TABLE).count() == 2  # type: ignore[union-attr]
+
+
+def test_landing_the_same_batches_again_changes_nothing(tmp_path: Path) -> None:
+    """In the same process (the appends' bookkeeping) and in a new one (a run after a crash
+    between the commits and the metadata: everything through the merge), batches landed
+    again leave both tables as they were, read by Spark SQL and by pyiceberg."""
+    lake = Lake(tmp_path, IcebergPolicy())
+    b1 = lake.stage(1, chunk(range(0, 10), 100))
+    b2 = lake.stage(2, [log("u", 1, 200), log("d", 2, 201), log("c", 20, 202)])
+    b3 = lake.stage(3, chunk(range(10, 15), 300), [log("u", 11, 301), log("d", 3, 302)])
+    for batch in (b1, b2, b3):
+        lake.lander.land([batch])
+    columns = ("id", "qty", "name", "__pos", "__op", "__batch")
+
+    def tables() -> tuple[dict[int, Any], dict[int, Any], list[tuple[Any, ...]]]:
+        log_rows = lake.spark.table(lake.tables.changelog_name(TABLE)).select(*columns)
+        return (
+            lake.spark_rows(*columns),
+            lake.pyiceberg_rows(*columns),
+            sorted((tuple(r) for r in log_rows.collect()), key=repr),
+        )
+
+    landed = tables()
+    assert set(landed[0]) == {0, 1, *range(4, 15), 20}
+    assert len(landed[2]) == 10 + 3 + 5 + 2
+    lake.lander.land([b1])
+    lake.lander.land([b2, b3])
+    assert tables() == landed, "landed again in the same process"
+    lake.lander = Lander(lake.spark, str(lake.root), "iceberg", iceberg=IcebergPolicy())
+    lake.tables = lake.lander.iceberg
+    lake.lander.land([b1, b2, b3])
+    lake.lander.land([b3])
+    assert tables() == landed, "landed again by a new process"

@@ -202,9 +202,7 @@ class IcebergTables:
         changelog = self.changelog_name(table)
         if self._exists(changelog):
             self._evolve(changelog, batch)
-            self._conform(changelog, batch).writeTo(changelog).overwrite(
-                F.col(BATCH).between(lo, hi)
-            )
+            self._replace_batches(changelog, self._conform(changelog, batch), lo, hi)
         else:
             self._create(changelog, batch, CHANGELOG_PROPERTIES)
             batch.writeTo(changelog).append()
@@ -240,6 +238,30 @@ class IcebergTables:
                     path.unlink(missing_ok=True)
         self._landed.add(table)
         return rows, keep
+
+    def _replace_batches(self, changelog: str, rows: DataFrame, lo: int, hi: int) -> None:
+        """Batches ``lo..hi`` of the changelog replaced by ``rows``, in one commit.
+
+        The changelog holds none of them (every landing but one after a crash): an overwrite
+        by filter, which deletes nothing (the files' ``__batch`` bounds tell Iceberg so
+        without reading them). It holds some (landed again after a crash): the files holding
+        them may hold other batches too (landed together, or rewritten together by
+        maintenance), and an overwrite by filter drops whole files only (Iceberg refuses
+        "some, but not all, rows match"); so a MERGE instead, whose row-level delete of
+        those batches and insert of ``rows`` are one commit."""
+        span = F.col(BATCH).between(lo, hi)
+        if not self.spark.table(changelog).where(span).limit(1).collect():
+            rows.writeTo(changelog).overwrite(span)
+            return
+        (
+            rows.alias(_SOURCE.strip("`"))
+            .mergeInto(changelog, F.lit(False))
+            .whenNotMatched()
+            .insertAll()
+            .whenNotMatchedBySource(F.col(f"{changelog}.{quote(BATCH)}").between(lo, hi))
+            .delete()
+            .merge()
+        )
 
     def _merge(
         self, current: str, meta: TableMeta, batch: DataFrame, truncated_at: str | None
