@@ -282,3 +282,21 @@ def test_landing_the_same_batches_again_changes_nothing(tmp_path: Path) -> None:
     lake.lander.land([b1, b2, b3])
     lake.lander.land([b3])
     assert tables() == landed, "landed again by a new process"
+
+
+def test_a_struct_of_the_row_follows_its_columns(tmp_path: Path) -> None:
+    """A struct column of the row's columns (the changelog's before-image): a field widened
+    and a field added at the source reach the table's struct too."""
+    lake = Lake(tmp_path, IcebergPolicy())
+    name = f"{lake.tables.catalog}.shop.nested"
+    lake.spark.sql("CREATE NAMESPACE IF NOT EXISTS " + f"{lake.tables.catalog}.shop")
+    lake.spark.sql(f"CREATE TABLE {name} (id bigint, b struct<qty: int>) USING iceberg")
+    lake.spark.sql(f"INSERT INTO {name} VALUES (1, named_struct('qty', 1))")
+    wider = lake.spark.sql(f"SELECT 2L AS id, named_struct('qty', {2**40}L, 'extra', 'x') AS b")
+    lake.tables._evolve(name, wider)
+    assert lake.spark.table(name).schema["b"].dataType.simpleString() == (
+        "struct<qty:bigint,extra:string>"
+    )
+    wider.writeTo(name).append()
+    rows = lake.spark.sql(f"SELECT id, b.qty, b.extra FROM {name} ORDER BY id").collect()
+    assert [tuple(r) for r in rows] == [(1, 1, None), (2, 2**40, "x")]

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, StructType
 
 from snapshotter.common.faults import failpoint
 from snapshotter.sinks.spark.appends import KnownKeys
@@ -158,17 +159,33 @@ class IcebergTables:
                     f"{field.dataType.simpleString()}"
                 )
             elif before != field.dataType:
-                if not widens(before, field.dataType):
-                    raise IcebergError(
-                        f"{name}: column {field.name} is {field.dataType.simpleString()} at "
-                        f"the source but {before.simpleString()} in the table, and Iceberg "
-                        "widens only int to bigint, float to double and a decimal's "
-                        "precision; land the table into another path (or catalog)"
+                self._evolve_field(name, [field.name], before, field.dataType)
+
+    def _evolve_field(self, name: str, path: list[str], before: DataType, after: DataType) -> None:
+        """One column (or a struct's field: ``path``) of the table typed ``before`` brought
+        to the staged ``after``: a struct's new fields added, its fields widened (a struct
+        of the row's columns, such as a before-image, follows its table's changes)."""
+        column = ".".join(quote(p) for p in path)
+        if isinstance(before, StructType) and isinstance(after, StructType):
+            fields = {f.name: f.dataType for f in before.fields}
+            for field in after.fields:
+                was = fields.get(field.name)
+                if was is None:
+                    self.spark.sql(
+                        f"ALTER TABLE {name} ADD COLUMN {column}.{quote(field.name)} "
+                        f"{field.dataType.simpleString()}"
                     )
-                self.spark.sql(
-                    f"ALTER TABLE {name} ALTER COLUMN {quote(field.name)} "
-                    f"TYPE {field.dataType.simpleString()}"
-                )
+                elif was != field.dataType:
+                    self._evolve_field(name, [*path, field.name], was, field.dataType)
+            return
+        if not widens(before, after):
+            raise IcebergError(
+                f"{name}: column {'.'.join(path)} is {after.simpleString()} at the source but "
+                f"{before.simpleString()} in the table, and Iceberg widens only int to "
+                "bigint, float to double and a decimal's precision; land the table into "
+                "another path (or catalog)"
+            )
+        self.spark.sql(f"ALTER TABLE {name} ALTER COLUMN {column} TYPE {after.simpleString()}")
 
     def _conform(self, name: str, rows: DataFrame) -> DataFrame:
         """``rows`` with the table's columns it lacks as NULLs (a column dropped at the

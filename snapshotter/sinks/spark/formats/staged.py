@@ -20,6 +20,7 @@ from pyspark.sql.types import (
     IntegerType,
     LongType,
     ShortType,
+    StructType,
 )
 
 from snapshotter.sinks.spark.latest import quote
@@ -70,6 +71,8 @@ def read_staged(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
             have = widest.get(field.name)
             if have is None or widens(have, field.dataType):
                 widest[field.name] = field.dataType
+            elif isinstance(have, StructType) and isinstance(field.dataType, StructType):
+                continue  # unionByName widens a struct's fields and adds its missing ones
             elif have != field.dataType and not widens(field.dataType, have):
                 raise SchemaChangeError(
                     f"column {field.name} is staged as both {have.simpleString()} and "
@@ -82,7 +85,7 @@ def read_staged(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
         cast = frame.select(
             *[
                 F.col(quote(f.name)).cast(widest[f.name]).alias(f.name)
-                if f.dataType != widest[f.name]
+                if f.dataType != widest[f.name] and not isinstance(f.dataType, StructType)
                 else F.col(quote(f.name))
                 for f in frame.schema.fields
             ]
