@@ -150,30 +150,21 @@ class IcebergTables:
         bigint, float to double, a decimal's precision raised), widened in the table: an
         Iceberg type promotion, a metadata change (rows landed before read as the wider
         type). A column dropped at the source stays (``_conform``: NULL from then on)."""
-        have = {f.name: f.dataType for f in self.spark.table(name).schema.fields}
-        for field in batch.schema.fields:
-            before = have.get(field.name)
-            if before is None:
-                self.spark.sql(
-                    f"ALTER TABLE {name} ADD COLUMN {quote(field.name)} "
-                    f"{field.dataType.simpleString()}"
-                )
-            elif before != field.dataType:
-                self._evolve_field(name, [field.name], before, field.dataType)
+        self._evolve_field(name, [], self.spark.table(name).schema, batch.schema)
 
     def _evolve_field(self, name: str, path: list[str], before: DataType, after: DataType) -> None:
-        """One column (or a struct's field: ``path``) of the table typed ``before`` brought
-        to the staged ``after``: a struct's new fields added, its fields widened (a struct
-        of the row's columns, such as a before-image, follows its table's changes)."""
-        column = ".".join(quote(p) for p in path)
+        """The table's columns (``path`` empty), one column or a struct's field typed
+        ``before`` brought to the staged ``after``: a struct's new fields added, its fields
+        widened (a struct of the row's columns, such as a before-image, follows its table's
+        changes)."""
         if isinstance(before, StructType) and isinstance(after, StructType):
             fields = {f.name: f.dataType for f in before.fields}
             for field in after.fields:
                 was = fields.get(field.name)
                 if was is None:
+                    column = ".".join(quote(p) for p in (*path, field.name))
                     self.spark.sql(
-                        f"ALTER TABLE {name} ADD COLUMN {column}.{quote(field.name)} "
-                        f"{field.dataType.simpleString()}"
+                        f"ALTER TABLE {name} ADD COLUMN {column} {field.dataType.simpleString()}"
                     )
                 elif was != field.dataType:
                     self._evolve_field(name, [*path, field.name], was, field.dataType)
@@ -185,6 +176,7 @@ class IcebergTables:
                 "bigint, float to double and a decimal's precision; land the table into "
                 "another path (or catalog)"
             )
+        column = ".".join(quote(p) for p in path)
         self.spark.sql(f"ALTER TABLE {name} ALTER COLUMN {column} TYPE {after.simpleString()}")
 
     def _conform(self, name: str, rows: DataFrame) -> DataFrame:
