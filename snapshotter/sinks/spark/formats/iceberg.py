@@ -181,9 +181,28 @@ class IcebergTables:
 
     def _conform(self, name: str, rows: DataFrame) -> DataFrame:
         """``rows`` with the table's columns it lacks as NULLs (a column dropped at the
-        source, or added after these rows were staged), typed as the table has them."""
-        have = set(rows.columns)
-        missing = [f for f in self.spark.table(name).schema.fields if f.name not in have]
+        source, or added after these rows were staged), typed as the table has them; so
+        too a struct's fields (a before-image of the row's columns)."""
+        have = {f.name: f.dataType for f in rows.schema.fields}
+        table = self.spark.table(name).schema.fields
+        missing = [f for f in table if f.name not in have]
+        for field in table:
+            staged = have.get(field.name)
+            if not isinstance(field.dataType, StructType) or not isinstance(staged, StructType):
+                continue
+            inner = set(staged.fieldNames())
+            if not set(field.dataType.fieldNames()) - inner:
+                continue
+            column = F.col(quote(field.name))
+            rebuilt = F.struct(
+                *[
+                    column.getField(f.name).alias(f.name)
+                    if f.name in inner
+                    else F.lit(None).cast(f.dataType).alias(f.name)
+                    for f in field.dataType.fields
+                ]
+            )
+            rows = rows.withColumn(field.name, F.when(column.isNull(), None).otherwise(rebuilt))
         if not missing:
             return rows
         return rows.select("*", *[F.lit(None).cast(f.dataType).alias(f.name) for f in missing])
