@@ -3,8 +3,10 @@ writer: inserts, updates, deletes, key changes) on PostgreSQL and MariaDB landed
 tables, judged through the catalog with Spark SQL and without Spark by pyiceberg (the
 harness's ``landed_rows``), and by ``snapshotter verify`` (which reads both too); the catalog
 a user names; what a landing writes (merge-on-read: deletion vectors, no data file
-rewritten); maintenance. Crashes between a landing's commits: tests/integration/test_faults.py
-(``iceberg`` cases)."""
+rewritten); maintenance; a reader during landings (pyiceberg and Spark SQL); columns widened
+and dropped while streaming. Crashes between a landing's commits:
+tests/integration/test_faults.py (``iceberg`` cases). The lander alone (maintenance policy,
+a user's catalog, landing again): tests/integration/test_iceberg_tables.py."""
 
 from __future__ import annotations
 
@@ -14,7 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql import SparkSession
 
+from snapshotter.config import SparkConfig
+from snapshotter.sinks.spark.session import spark_session
+from tests.integration.engine_harness import SPARK_MASTER
 from tests.integration.test_convergence import (
     CHANGES,
     CHUNK,
@@ -47,17 +53,20 @@ def test_the_iceberg_landing_converges_under_a_concurrent_random_writer(
 
 
 class _Reader(threading.Thread):
-    """Reads the current-state table over and over while the engine lands it, with pyiceberg
-    from the newest metadata file a Hadoop catalog names (no Spark): in any one read no key
-    twice, and per key never an older ``__pos`` after a newer one was read."""
+    """Reads the current-state table over and over while the engine lands it, taking turns:
+    with pyiceberg from the newest metadata file a Hadoop catalog names (no Spark), and
+    with Spark SQL through a catalog of this process over the same warehouse (its table
+    cache off, so each query sees the newest commit). In any one read no key twice, and
+    per key never an older ``__pos`` after a newer one was read."""
 
-    def __init__(self, table_dir: Path, key: list[str]) -> None:
+    def __init__(self, table_dir: Path, key: list[str], spark: SparkSession, name: str) -> None:
         super().__init__(daemon=True, name="iceberg-reader")
         self.table_dir, self.key = table_dir, key
+        self.spark, self.name = spark, name
         self.stop = threading.Event()
         self.seen: dict[tuple[Any, ...], str] = {}
         self.versions: set[str] = set()
-        self.reads = 0
+        self.reads = {"pyiceberg": 0, "spark": 0}
         self.problems: list[str] = []
 
     def _newest(self) -> Path | None:
@@ -67,29 +76,41 @@ class _Reader(threading.Thread):
         version = hint.read_text(encoding="utf-8").strip()
         return self.table_dir / "metadata" / f"v{version}.metadata.json"
 
-    def run(self) -> None:
+    def _pyiceberg(self) -> tuple[str, list[dict[str, Any]]] | None:
         from pyiceberg.table import StaticTable
 
+        metadata = self._newest()
+        if metadata is None:
+            return None
+        self.versions.add(metadata.name)
+        scan = StaticTable.from_metadata(str(metadata)).scan(selected_fields=(*self.key, "__pos"))
+        return metadata.name, scan.to_arrow().to_pylist()
+
+    def _spark(self) -> tuple[str, list[dict[str, Any]]] | None:
+        if not self.spark.catalog.tableExists(self.name):
+            return None
+        columns = ", ".join(f"`{c}`" for c in (*self.key, "__pos"))
+        rows = self.spark.sql(f"SELECT {columns} FROM {self.name}").collect()
+        return "spark", [r.asDict() for r in rows]
+
+    def run(self) -> None:
+        turn = 0
         while not self.stop.is_set() and len(self.problems) < 5:
-            metadata = self._newest()
-            if metadata is None:
+            reader = ("pyiceberg", "spark")[turn % 2]
+            turn += 1
+            read = self._pyiceberg() if reader == "pyiceberg" else self._spark()
+            if read is None:
                 time.sleep(0.1)
                 continue
-            rows = (
-                StaticTable.from_metadata(str(metadata))
-                .scan(selected_fields=(*self.key, "__pos"))
-                .to_arrow()
-                .to_pylist()
-            )
-            self.reads += 1
-            self.versions.add(metadata.name)
+            version, rows = read
+            self.reads[reader] += 1
             keys = [tuple(r[k] for k in self.key) for r in rows]
             if len(set(keys)) != len(keys):
-                self.problems.append(f"{metadata.name}: {len(keys) - len(set(keys))} keys twice")
+                self.problems.append(f"{version}: {len(keys) - len(set(keys))} keys twice")
             for key, row in zip(keys, rows, strict=True):
                 before = self.seen.get(key)
                 if before is not None and row["__pos"] < before:
-                    self.problems.append(f"{metadata.name}: key {key} went back to an older row")
+                    self.problems.append(f"{version}: key {key} went back to an older row")
                 self.seen[key] = max(before or "", row["__pos"])
 
 
@@ -105,8 +126,21 @@ def test_a_reader_during_landing_and_maintenance_never_sees_a_key_twice_or_going
         sink_format="iceberg",
         sink_config="compact_idle_s = 1\nmaintenance_interval_s = 0",
     )
-    table_dir = cap.directory / "lake" / cap.schema / "items"
-    reader = _Reader(table_dir, list(source.tables["items"].key))
+    warehouse = cap.directory / "lake"
+    spark = spark_session(SparkConfig(master=SPARK_MASTER), iceberg=True)
+    for key, value in {
+        "": "org.apache.iceberg.spark.SparkCatalog",
+        ".type": "hadoop",
+        ".warehouse": str(warehouse),
+        ".cache-enabled": "false",
+    }.items():
+        spark.conf.set(f"spark.sql.catalog.reader27{key}", value)
+    reader = _Reader(
+        warehouse / cap.schema / "items",
+        list(source.tables["items"].key),
+        spark,
+        f"reader27.`{cap.schema}`.items",
+    )
     reader.start()
     try:
         table, _, pacer = snapshot_under_writer(source, cap, "items", Timer(), timeout=240)
@@ -120,6 +154,65 @@ def test_a_reader_during_landing_and_maintenance_never_sees_a_key_twice_or_going
         reader.stop.set()
         reader.join(60)
     assert not reader.problems, reader.problems
-    assert reader.reads >= 10, reader.reads
+    assert reader.reads["pyiceberg"] >= 5 and reader.reads["spark"] >= 5, reader.reads
     assert pacer.during >= CHANGES
     assert cap.landed_rows(table.name) == cap.source_rows(table.name)
+
+
+# The statements per database: the table, the widening, the drop.
+_DDL = {
+    "postgres": (
+        "CREATE TABLE {t} (id int PRIMARY KEY, qty int, name text); "
+        "ALTER TABLE {t} REPLICA IDENTITY FULL",
+        "ALTER TABLE {t} ALTER COLUMN qty TYPE bigint",
+        "ALTER TABLE {t} DROP COLUMN name",
+    ),
+    "mysql": (
+        "CREATE TABLE {t} (id int PRIMARY KEY, qty int, name text)",
+        "ALTER TABLE {t} MODIFY qty bigint",
+        "ALTER TABLE {t} DROP COLUMN name",
+    ),
+}
+
+
+@pytest.mark.parametrize("database", ["postgres", "mysql"])
+def test_a_column_widened_then_dropped_while_streaming(
+    request: pytest.FixtureRequest, database: str
+) -> None:
+    """After the snapshot, qty widened from int to bigint with values past an int's range,
+    then name dropped, each followed by updates and inserts (PostgreSQL and MariaDB): the
+    Iceberg tables follow (qty widened, name NULL in rows landed after the drop), read by
+    Spark SQL and pyiceberg."""
+    factory = request.getfixturevalue("capture" if database == "postgres" else "mysql_capture")
+    cap = factory(chunk_size=20, sink="spark", sink_format="iceberg")
+    quote = '"' if database == "postgres" else "`"
+    name = f"{quote}{cap.schema}{quote}.items"
+    create, widen, drop = (d.format(t=name) for d in _DDL[database])
+    for statement in create.split("; "):
+        cap.sql(statement)
+    cap.sql(
+        f"INSERT INTO {name} (id, qty, name) VALUES "
+        + ", ".join(f"({k}, {k}, 'item {k}')" for k in range(1, 51))
+    )
+    cap.init()
+    cap.execute(f"{cap.schema}.items")
+    assert cap.run() == 0
+    big = 2**40
+    cap.sql(widen)
+    cap.sql(f"UPDATE {name} SET qty = %s WHERE id = 1", (big,))
+    cap.sql(f"INSERT INTO {name} VALUES (100, %s, 'new')", (-big,))
+    assert cap.run() == 0
+    cap.sql(drop)
+    cap.sql(f"UPDATE {name} SET qty = %s WHERE id = 2", (big + 2,))
+    cap.sql(f"INSERT INTO {name} VALUES (101, 7)")
+    cap.sql(f"DELETE FROM {name} WHERE id = 3")
+    assert cap.run() == 0
+    source = cap.source_rows("items")
+    landed = cap.landed_rows("items")  # Spark SQL through the catalog and pyiceberg agree
+    assert landed.keys() == source.keys()
+    for key, row in source.items():
+        assert {c: landed[key][c] for c in row} == row, key
+    names = {r["id"]: r["name"] for r in landed.values()}
+    assert (names[1], names[100], names[4]) == ("item 1", "new", "item 4")
+    assert names[2] is None and names[101] is None  # landed after the drop
+    assert {r["id"]: r["qty"] for r in landed.values()}[1] == big

@@ -40,11 +40,13 @@ from typing import TYPE_CHECKING
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, StructType
 
 from snapshotter.common.faults import failpoint
 from snapshotter.sinks.spark.appends import KnownKeys
 from snapshotter.sinks.spark.formats.merge import position_merge
 from snapshotter.sinks.spark.formats.split import is_split, split_appends
+from snapshotter.sinks.spark.formats.staged import read_staged, widens
 from snapshotter.sinks.spark.latest import RESTARTED, quote, reduce_latest
 from snapshotter.sinks.spark.types import BATCH, BEFORE, POS
 
@@ -144,20 +146,63 @@ class IcebergTables:
 
     def _evolve(self, name: str, batch: DataFrame) -> None:
         """Columns of ``batch`` the table does not have yet, added (a column added at the
-        source); rows landed before read NULL there."""
-        have = set(self.spark.table(name).columns)
-        for field in batch.schema.fields:
-            if field.name not in have:
-                self.spark.sql(
-                    f"ALTER TABLE {name} ADD COLUMN {quote(field.name)} "
-                    f"{field.dataType.simpleString()}"
-                )
+        source); rows landed before read NULL there. Columns widened at the source (int to
+        bigint, float to double, a decimal's precision raised), widened in the table: an
+        Iceberg type promotion, a metadata change (rows landed before read as the wider
+        type). A column dropped at the source stays (``_conform``: NULL from then on)."""
+        self._evolve_field(name, [], self.spark.table(name).schema, batch.schema)
+
+    def _evolve_field(self, name: str, path: list[str], before: DataType, after: DataType) -> None:
+        """The table's columns (``path`` empty), one column or a struct's field typed
+        ``before`` brought to the staged ``after``: a struct's new fields added, its fields
+        widened (a struct of the row's columns, such as a before-image, follows its table's
+        changes)."""
+        if isinstance(before, StructType) and isinstance(after, StructType):
+            fields = {f.name: f.dataType for f in before.fields}
+            for field in after.fields:
+                was = fields.get(field.name)
+                if was is None:
+                    column = ".".join(quote(p) for p in (*path, field.name))
+                    self.spark.sql(
+                        f"ALTER TABLE {name} ADD COLUMN {column} {field.dataType.simpleString()}"
+                    )
+                elif was != field.dataType:
+                    self._evolve_field(name, [*path, field.name], was, field.dataType)
+            return
+        if not widens(before, after):
+            raise IcebergError(
+                f"{name}: column {'.'.join(path)} is {after.simpleString()} at the source but "
+                f"{before.simpleString()} in the table, and Iceberg widens only int to "
+                "bigint, float to double and a decimal's precision; land the table into "
+                "another path (or catalog)"
+            )
+        column = ".".join(quote(p) for p in path)
+        self.spark.sql(f"ALTER TABLE {name} ALTER COLUMN {column} TYPE {after.simpleString()}")
 
     def _conform(self, name: str, rows: DataFrame) -> DataFrame:
         """``rows`` with the table's columns it lacks as NULLs (a column dropped at the
-        source, or added after these rows were staged), typed as the table has them."""
-        have = set(rows.columns)
-        missing = [f for f in self.spark.table(name).schema.fields if f.name not in have]
+        source, or added after these rows were staged), typed as the table has them; so
+        too a struct's fields (a before-image of the row's columns)."""
+        have = {f.name: f.dataType for f in rows.schema.fields}
+        table = self.spark.table(name).schema.fields
+        missing = [f for f in table if f.name not in have]
+        for field in table:
+            staged = have.get(field.name)
+            if not isinstance(field.dataType, StructType) or not isinstance(staged, StructType):
+                continue
+            inner = set(staged.fieldNames())
+            if not set(field.dataType.fieldNames()) - inner:
+                continue
+            column = F.col(quote(field.name))
+            rebuilt = F.struct(
+                *[
+                    column.getField(f.name).alias(f.name)
+                    if f.name in inner
+                    else F.lit(None).cast(f.dataType).alias(f.name)
+                    for f in field.dataType.fields
+                ]
+            )
+            rows = rows.withColumn(field.name, F.when(column.isNull(), None).otherwise(rebuilt))
         if not missing:
             return rows
         return rows.select("*", *[F.lit(None).cast(f.dataType).alias(f.name) for f in missing])
@@ -181,13 +226,11 @@ class IcebergTables:
         """Land batches ``lo..hi`` of ``table``. Returns the rows appended without a merge,
         and whether ``known`` may still be used for the next landing."""
         files = [str(s.file) for _, s in parts]
-        batch = self.spark.read.option("mergeSchema", "true").parquet(*files)
+        batch = read_staged(self.spark, files)
         changelog = self.changelog_name(table)
         if self._exists(changelog):
             self._evolve(changelog, batch)
-            self._conform(changelog, batch).writeTo(changelog).overwrite(
-                F.col(BATCH).between(lo, hi)
-            )
+            self._replace_batches(changelog, self._conform(changelog, batch), lo, hi)
         else:
             self._create(changelog, batch, CHANGELOG_PROPERTIES)
             batch.writeTo(changelog).append()
@@ -203,11 +246,7 @@ class IcebergTables:
         rows = 0
         try:
             if appended:
-                rows_in = (
-                    self.spark.read.option("mergeSchema", "true")
-                    .parquet(*[str(p) for p in appended])
-                    .drop(BEFORE)
-                )
+                rows_in = read_staged(self.spark, [str(p) for p in appended]).drop(BEFORE)
                 self._conform(current, rows_in).writeTo(current).append()
                 self._appended_through[table] = hi
                 failpoint("spark.iceberg.appended")  # committed; the merge not yet
@@ -218,16 +257,40 @@ class IcebergTables:
                     args={"truncated": truncated_at},
                 )
             if merged:
-                changes = self.spark.read.option("mergeSchema", "true").parquet(
-                    *[str(p) for p in merged]
-                )
-                self._merge(current, meta, changes, truncated_at)
+                changes = read_staged(self.spark, [str(p) for p in merged])
+                # A column dropped at the source: NULL in the rows it updates, as in those
+                # it inserts (not the value from before the drop).
+                self._merge(current, meta, self._conform(current, changes), truncated_at)
         finally:
             for path in (*appended, *merged):
                 if is_split(path):
                     path.unlink(missing_ok=True)
         self._landed.add(table)
         return rows, keep
+
+    def _replace_batches(self, changelog: str, rows: DataFrame, lo: int, hi: int) -> None:
+        """Batches ``lo..hi`` of the changelog replaced by ``rows``, in one commit.
+
+        The changelog holds none of them (every landing but one after a crash): an overwrite
+        by filter, which deletes nothing (the files' ``__batch`` bounds tell Iceberg so
+        without reading them). It holds some (landed again after a crash): the files holding
+        them may hold other batches too (landed together, or rewritten together by
+        maintenance), and an overwrite by filter drops whole files only (Iceberg refuses
+        "some, but not all, rows match"); so a MERGE instead, whose row-level delete of
+        those batches and insert of ``rows`` are one commit."""
+        span = F.col(BATCH).between(lo, hi)
+        if not self.spark.table(changelog).where(span).limit(1).collect():
+            rows.writeTo(changelog).overwrite(span)
+            return
+        (
+            rows.alias(_SOURCE.strip("`"))
+            .mergeInto(changelog, F.lit(False))
+            .whenNotMatched()
+            .insertAll()
+            .whenNotMatchedBySource(F.col(f"{changelog}.{quote(BATCH)}").between(lo, hi))
+            .delete()
+            .merge()
+        )
 
     def _merge(
         self, current: str, meta: TableMeta, batch: DataFrame, truncated_at: str | None
