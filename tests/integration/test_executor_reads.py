@@ -58,6 +58,19 @@ def test_reads_on_executors_converge(source: Source, scenario: str, spark_master
     spark_converges(source, scenario, spark=spark_master, executors=EXECUTORS)
 
 
+if FULL:  # the table formats, whose first snapshot appends the executors' files
+
+    @pytest.mark.parametrize("source", CONVERGE_ON, indirect=True)
+    @pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+    def test_reads_on_executors_converge_into_table_formats(
+        source: Source, fmt: str, spark_master: str
+    ) -> None:
+        # A MERGE per landing on the cluster's two 1-core workers: slower than Parquet.
+        spark_converges(
+            source, "items", spark=spark_master, executors=EXECUTORS, fmt=fmt, timeout=600
+        )
+
+
 if FULL:  # defined only for the full matrix, so CI never reports it skipped
 
     def test_reads_on_executors_through_spark_connect_converge(
