@@ -855,18 +855,23 @@ def test_the_spark_sink_converges_under_a_concurrent_random_writer(
 
 
 def spark_converges(
-    source: Source, scenario: str, spark: str = "", executors: int = 0, fmt: str = "parquet"
+    source: Source,
+    scenario: str,
+    spark: str = "",
+    executors: int = 0,
+    fmt: str = "parquet",
+    timeout: float = 240,
 ) -> None:
     """``scenario`` snapshotted under the random writer into the spark sink on ``spark`` (a
     master or Spark Connect URL; unset: local mode), landed state checked against the table.
     ``executors``: chunks read on Spark executors, each window in that many sub-ranges.
-    ``fmt``: the landing format."""
+    ``fmt``: the landing format. ``timeout``: for the snapshot to finish."""
     timer = Timer()
     chunk = CHUNK // executors if executors else CHUNK
     cap = source.capture(
         chunk_size=chunk, sink="spark", spark=spark, executors=executors, sink_format=fmt
     )
-    table, _, pacer = snapshot_under_writer(source, cap, scenario, timer, timeout=240)
+    table, _, pacer = snapshot_under_writer(source, cap, scenario, timer, timeout=timeout)
     verdict = cap.verify_landed(table.name)
     assert verdict.ok, verdict.render()
     timer.mark("verify")

@@ -16,10 +16,12 @@ import os
 import signal
 import subprocess
 import time
+from typing import Any
 
 import pytest
 
 from tests.integration.test_convergence import (
+    Capture,
     Source,
     _cli,
     qualified,
@@ -44,12 +46,29 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # so CI never collects, and never skips, the other.)
 CONVERGE_ON = ["postgres", "mysql"] if FULL else ["postgres"]
 CRASH_ON = ["postgres", "mysql"] if FULL else ["mysql"]
+# The table formats whose first snapshot appends what the executors wrote. CI: Delta, whose
+# history tells an append (WRITE) from a MERGE; Iceberg's commits a MERGE of new keys only
+# as an "append" too, so there the lander's account of merged rows tells.
+APPEND_FORMATS = ["iceberg", "delta"] if FULL else ["delta"]
 
 
 @pytest.mark.parametrize("source", CONVERGE_ON, indirect=True)
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_reads_on_executors_converge(source: Source, scenario: str, spark_master: str) -> None:
     spark_converges(source, scenario, spark=spark_master, executors=EXECUTORS)
+
+
+if FULL:  # the table formats, whose first snapshot appends the executors' files
+
+    @pytest.mark.parametrize("source", CONVERGE_ON, indirect=True)
+    @pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+    def test_reads_on_executors_converge_into_table_formats(
+        source: Source, fmt: str, spark_master: str
+    ) -> None:
+        # A MERGE per landing on the cluster's two 1-core workers: slower than Parquet.
+        spark_converges(
+            source, "items", spark=spark_master, executors=EXECUTORS, fmt=fmt, timeout=600
+        )
 
 
 if FULL:  # defined only for the full matrix, so CI never reports it skipped
@@ -104,3 +123,59 @@ def test_a_crash_while_executors_read_then_resume_converges(
     assert cap.landed_rows(table.name) == cap.source_rows(table.name)
     leftovers = list((cap.config.staging_dir / "reads").glob("*/*.parquet"))
     assert not leftovers, leftovers[:3]
+
+
+def _current_commits(cap: Capture, table: str) -> list[tuple[str, int]]:
+    """The current-state table's commits, oldest first: (operation, rows added), as Iceberg's
+    snapshots or Delta's history name them."""
+    lander = cap.lander()
+    if lander.format == "iceberg":
+        name = lander.iceberg.current_name(cap.table_id(table))
+        found = lander.spark.sql(
+            f"SELECT operation, summary FROM {name}.snapshots ORDER BY committed_at"
+        ).collect()
+        return [(r["operation"], int(r["summary"].get("added-records", 0))) for r in found]
+    path = f"{lander.table_path(cap.table_id(table))}/current"
+    found = lander.spark.sql(f"DESCRIBE HISTORY delta.`{path}`").orderBy("version").collect()
+    metrics: list[dict[str, Any]] = [r["operationMetrics"] or {} for r in found]
+    return [
+        (r["operation"], int(m.get("numOutputRows", 0)))
+        for r, m in zip(found, metrics, strict=True)
+    ]
+
+
+@pytest.mark.parametrize("source", ["postgres"], indirect=True)
+@pytest.mark.parametrize("fmt", APPEND_FORMATS)
+def test_a_first_snapshot_read_on_executors_is_appended_not_merged(
+    source: Source, fmt: str, spark_master: str
+) -> None:
+    """The executors' files of a table's first snapshot are READ rows of keys the table never
+    had: they land as appends (no MERGE), as the executors wrote them; a later change is
+    merged. Read back by the format's own readers (``verify``: pyiceberg / delta-rs)."""
+    rows = 4000
+    cap = source.capture(
+        chunk_size=1000, sink="spark", spark=spark_master, executors=EXECUTORS, sink_format=fmt
+    )
+    table = source.create(cap, "items", rows)
+    cap.init()
+    cap.execute(qualified(cap, table.name))
+    assert cap.run(timeout=300) == 0
+    commits = _current_commits(cap, table.name)
+    merges = [op for op, _ in commits if op.upper() not in ("APPEND", "WRITE", "CREATE TABLE")]
+    assert not merges, commits
+    assert sum(added for _, added in commits) == rows, commits
+    meta = cap.lander().meta(cap.table_id(table.name))
+    assert meta is not None and meta.tail_rows == 0, meta  # no row went through a merge
+    source.sql(
+        cap,
+        "UPDATE {s}.items SET name = name || '!' WHERE id IN "
+        "(SELECT id FROM {s}.items ORDER BY id LIMIT 5)",
+    )
+    assert cap.run(timeout=300) == 0
+    later = _current_commits(cap, table.name)[len(commits) :]
+    # Merged (Iceberg: "overwrite"; its maintenance, when idle, a "replace"); no append.
+    assert {op.upper() for op, _ in later} & {"MERGE", "OVERWRITE"}, later
+    assert all(op.upper() in ("MERGE", "OVERWRITE", "REPLACE") for op, _ in later), later
+    landed = cap.verify_landed(table.name)
+    assert landed.ok, landed.render()
+    assert cap.landed_rows(table.name) == cap.source_rows(table.name)
