@@ -8,7 +8,9 @@ Layout under the landing root (a local path or any Hadoop-compatible URI)::
         current/               the current state: per key the event with the highest __pos,
                                deletes removed
 
-Both are Parquet directories (``format = "parquet"``) or Delta tables (``"delta"``).
+Both are Parquet directories (``format = "parquet"``) or Delta tables (``"delta"``); with
+``"iceberg"`` they are two Iceberg tables in a catalog (``formats.iceberg``) and only
+``_snapshotter.json`` is here. Each format's own code is in ``formats``.
 
 Landing costs in proportion to the batch, not the table:
 
@@ -19,9 +21,9 @@ Landing costs in proportion to the batch, not the table:
   Parquet files are written with pyarrow: a staged batch already is Parquet of the landed
   schema, and a Spark job per landing cost more JVM CPU than the whole engine spent on the
   same rows.
-* Delta: the current state is a Delta table updated by one MERGE per landing, guarded by
-  position (a row is replaced only by a higher ``__pos``), so a second landing matches
-  nothing (``formats.delta``).
+* Delta and Iceberg: READ rows of keys the table never had are appended; the rest is one
+  MERGE per landing, guarded by position (a row is replaced only by a higher ``__pos``), so
+  a second landing matches nothing (``formats.delta``, ``formats.iceberg``).
 * Parquet has no MERGE, and rewriting the current state per batch would cost the whole table
   each time. So the current state is kept as a *base* (a compacted copy, bucketed by a hash
   of the key: one file per bucket directly in ``current/``, ``formats.parquet``) plus the
@@ -425,7 +427,7 @@ class Lander:
     def _land_parquet(
         self, table: TableId, meta: TableMeta, parts: Sequence[tuple[int, StagedTable]], lo: int
     ) -> int:
-        """Each batch's rows into its changelog partition ``__batch=N``, replacing what a
+        """Each batch's rows into its changelog file ``batch-<N>.parquet``, replacing what a
         landing of the same batch wrote before (so landing again changes nothing); READ rows
         of keys the table never had also straight into the base (``landing.appends``).
         Written with pyarrow: the staged file already holds the landed schema (no Spark
