@@ -1626,7 +1626,10 @@ def test_a_restart_mid_snapshot_resumes_after_the_last_read_key(source: Source) 
     cap.init()
     with source.writer(cap, table, rows, changes=None, rate=300, seed=12):
         cap.execute(qualified(cap, "items"))
-        engine = cap.start(hooks=PhaseHooks(after_read=sleep_hook(0.01)))
+        # 50 ms per chunk: the 100 chunks take 5 s at least, so the stop after the tenth comes
+        # while the snapshot runs (CI: at 10 ms per chunk the snapshot once finished between
+        # the check below and the stop, and the engine exited 0).
+        engine = cap.start(hooks=PhaseHooks(after_read=sleep_hook(0.05)))
         wait_for(lambda: progress(cap, "items").get("chunks", 0) >= 10, "ten chunks", engine=engine)
         assert engine.stop() == 2  # stopped with the snapshot unfinished
         first = progress(cap, "items")
