@@ -28,9 +28,9 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from snapshotter.sinks.spark.formats.merge import position_merge
+from snapshotter.sinks.spark.formats.merge import latest_changes
 from snapshotter.sinks.spark.formats.split import is_split, split_appends
-from snapshotter.sinks.spark.latest import RESTARTED, quote, reduce_latest
+from snapshotter.sinks.spark.latest import quote
 from snapshotter.sinks.spark.types import BATCH, BEFORE, POS
 
 if TYPE_CHECKING:
@@ -164,16 +164,7 @@ class DeltaTables:
     ) -> None:
         from delta.tables import DeltaTable
 
-        changes = reduce_latest(
-            batch,
-            meta.key_columns,
-            meta.unavailable_columns,
-            keep_deletes=True,
-            after=truncated_at,
-            restarted=RESTARTED,
-        )
-        columns = [c for c in changes.columns if c != RESTARTED]
-        clauses = position_merge(meta.key_columns, columns, meta.unavailable_columns)
+        changes, clauses = latest_changes(batch, meta, truncated_at)
         (
             DeltaTable.forPath(self.spark, current)
             .alias("t")

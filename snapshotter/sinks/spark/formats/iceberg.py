@@ -44,10 +44,10 @@ from pyspark.sql.types import DataType, StructType
 
 from snapshotter.common.faults import failpoint
 from snapshotter.sinks.spark.appends import KnownKeys
-from snapshotter.sinks.spark.formats.merge import position_merge
+from snapshotter.sinks.spark.formats.merge import latest_changes
 from snapshotter.sinks.spark.formats.split import is_split, split_appends
 from snapshotter.sinks.spark.formats.staged import read_staged, widens
-from snapshotter.sinks.spark.latest import RESTARTED, quote, reduce_latest
+from snapshotter.sinks.spark.latest import quote
 from snapshotter.sinks.spark.types import BATCH, BEFORE, POS
 
 if TYPE_CHECKING:
@@ -295,18 +295,7 @@ class IcebergTables:
     def _merge(
         self, current: str, meta: TableMeta, batch: DataFrame, truncated_at: str | None
     ) -> None:
-        changes = reduce_latest(
-            batch,
-            meta.key_columns,
-            meta.unavailable_columns,
-            keep_deletes=True,
-            after=truncated_at,
-            restarted=RESTARTED,
-        )
-        columns = [c for c in changes.columns if c != RESTARTED]
-        clauses = position_merge(
-            meta.key_columns, columns, meta.unavailable_columns, target=current, source=_SOURCE
-        )
+        changes, clauses = latest_changes(batch, meta, truncated_at, target=current, source=_SOURCE)
         (
             changes.alias(_SOURCE.strip("`"))
             .mergeInto(current, clauses.on)

@@ -13,12 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from pyspark.sql import Column
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from snapshotter.sinks.spark.latest import RESTARTED, all_of, no_columns, quote
+from snapshotter.sinks.spark.latest import RESTARTED, all_of, no_columns, quote, reduce_latest
 from snapshotter.sinks.spark.types import OP, POS, UNAVAILABLE
+
+if TYPE_CHECKING:
+    from snapshotter.sinks.spark.lander import TableMeta
 
 
 @dataclass(frozen=True)
@@ -75,3 +79,28 @@ def position_merge(
         insert_when=~is_delete,
         inserts=inserts,
     )
+
+
+def latest_changes(
+    batch: DataFrame,
+    meta: TableMeta,
+    truncated_at: str | None,
+    *,
+    target: str = "t",
+    source: str = "s",
+) -> tuple[DataFrame, MergeClauses]:
+    """A landing's rows as a MERGE's source (per key the latest event, deletes kept) and the
+    clauses that merge it into the current state (Delta's and Iceberg's)."""
+    changes = reduce_latest(
+        batch,
+        meta.key_columns,
+        meta.unavailable_columns,
+        keep_deletes=True,
+        after=truncated_at,
+        restarted=RESTARTED,
+    )
+    columns = [c for c in changes.columns if c != RESTARTED]
+    clauses = position_merge(
+        meta.key_columns, columns, meta.unavailable_columns, target=target, source=source
+    )
+    return changes, clauses
