@@ -659,20 +659,28 @@ def sleep_hook(seconds: float) -> Hook:
 
 class InFlight:
     """How many chunk SELECTs run at once (between ``after_open`` and ``after_read``, on the
-    chunk workers' threads), and the most seen."""
+    chunk workers' threads), and the most seen. Until two have overlapped, a SELECT that
+    starts alone waits up to ``rendezvous`` seconds for a second one: on 2 shared cores a
+    1,000-row SELECT can finish before the other worker opens its window, so without the
+    wait a parallel engine may never show an overlap; a serial engine still shows none
+    (every wait times out)."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
+    def __init__(self, rendezvous: float = 0.0) -> None:
+        self._changed = threading.Condition()
+        self.rendezvous = rendezvous
         self.now = 0
         self.most = 0
 
     def enter(self, task: ChunkTask) -> None:
-        with self._lock:
+        with self._changed:
             self.now += 1
             self.most = max(self.most, self.now)
+            self._changed.notify_all()
+            if self.most == 1:
+                self._changed.wait_for(lambda: self.most > 1, timeout=self.rendezvous)
 
     def leave(self, task: ChunkTask) -> None:
-        with self._lock:
+        with self._changed:
             self.now -= 1
 
 
@@ -683,14 +691,16 @@ class Pacer:
     since then when the newest close watermark was written; ``reading`` counts the chunk
     SELECTs in flight."""
 
-    def __init__(self, writer: RandomWriter, target: int, chunks: int) -> None:
+    def __init__(
+        self, writer: RandomWriter, target: int, chunks: int, rendezvous: float = 0.0
+    ) -> None:
         self.writer = writer
         self.target = target
         self.chunks = max(1, chunks)
         self.start: int | None = None
         self.during = 0
         self.waited = 0.0
-        self.reading = InFlight()
+        self.reading = InFlight(rendezvous)
 
     def before_open(self, task: ChunkTask) -> None:
         if self.start is None:
@@ -745,17 +755,23 @@ def no_partial_lines(path: Path) -> None:
 
 
 def snapshot_under_writer(
-    source: Source, cap: Capture, scenario: str, timer: Timer, timeout: float = 180
+    source: Source,
+    cap: Capture,
+    scenario: str,
+    timer: Timer,
+    timeout: float = 180,
+    rendezvous: float = 0.0,
 ) -> tuple[Table, RandomWriter, Pacer]:
     """Create the scenario's table, snapshot it while the random writer changes it, then
-    catch up with the log: everything the writer committed has reached the sink."""
+    catch up with the log: everything the writer committed has reached the sink.
+    ``rendezvous``: see InFlight (for tests that assert reads overlapped)."""
     table = source.create(cap, scenario, ROWS)
     cap.init()
     timer.mark("setup")
     writer = source.writer(cap, table, ROWS, changes=None, seed=sum(map(ord, scenario)))
     # Pace on three quarters of the chunks the table has now: the writer reaches the target
     # before the last chunk even if deletes and key changes make fewer chunks.
-    pacer = Pacer(writer, CHANGES, chunks=ROWS * 3 // (4 * CHUNK))
+    pacer = Pacer(writer, CHANGES, chunks=ROWS * 3 // (4 * CHUNK), rendezvous=rendezvous)
     with writer:
         wait_for(lambda: writer.total >= 100, "the writer to get going")
         cap.execute(qualified(cap, table.name))
@@ -807,7 +823,9 @@ def test_converges_under_a_concurrent_random_writer(
 ) -> None:
     timer = Timer()
     cap = source.capture(chunk_size=CHUNK, extra_config=f"read_parallelism = {parallel}")
-    table, writer, pacer = snapshot_under_writer(source, cap, scenario, timer)
+    table, writer, pacer = snapshot_under_writer(
+        source, cap, scenario, timer, rendezvous=0.5 if parallel > 1 else 0.0
+    )
     verdict = assert_converged(cap, table.name)
     timer.mark("verify")
     done = progress(cap, table.name)
