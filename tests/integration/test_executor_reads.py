@@ -138,8 +138,9 @@ def _current_commits(cap: Capture, table: str) -> list[tuple[str, int]]:
     path = f"{lander.table_path(cap.table_id(table))}/current"
     found = lander.spark.sql(f"DESCRIBE HISTORY delta.`{path}`").orderBy("version").collect()
     metrics: list[dict[str, Any]] = [r["operationMetrics"] or {} for r in found]
+    # Spark's writes say numOutputRows; delta-rs's (formats/delta_arrow) num_added_rows.
     return [
-        (r["operation"], int(m.get("numOutputRows", 0)))
+        (r["operation"], int(m.get("numOutputRows", m.get("num_added_rows", 0))))
         for r, m in zip(found, metrics, strict=True)
     ]
 

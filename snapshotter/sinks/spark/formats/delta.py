@@ -3,6 +3,9 @@
 
 * The changelog is appended per landing, replacing exactly the batches it lands
   (``replaceWhere __batch BETWEEN lo AND hi``), so landing a batch twice changes nothing.
+* Appends (the changelog, READ rows of new keys) are written from Arrow by delta-rs where
+  it can do what Spark would (``delta_arrow``: a local table of the staged schema), by Spark
+  otherwise; merges always by Spark.
 * The current state: deletion vectors and Change Data Feed on (set at creation, and on a
   table an older version created, when this process first writes it). READ rows of keys the
   table never had (a first snapshot) are appended with no merge (``formats.split``); the rest
@@ -22,12 +25,19 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from snapshotter.sinks.spark.formats.delta_arrow import (
+    append,
+    local_path,
+    read_arrow,
+    replace_batches,
+)
 from snapshotter.sinks.spark.formats.merge import latest_changes
 from snapshotter.sinks.spark.formats.split import is_split, split_appends
 from snapshotter.sinks.spark.latest import quote
@@ -94,30 +104,23 @@ class DeltaTables:
         files = [str(s.file) for _, s in parts]
         batch = self.spark.read.option("mergeSchema", "true").parquet(*files)
         changelog = f"{base}/changelog"
-        writer = batch.write.format("delta").option("mergeSchema", "true")
-        if self._is_delta(changelog):
-            writer.mode("overwrite").option(
-                "replaceWhere", f"{quote(BATCH)} >= {lo} AND {quote(BATCH)} <= {hi}"
-            ).save(changelog)
-        else:
-            writer.mode("append").save(changelog)
+        rows_in = read_arrow(files) if local_path(changelog) is not None else None
+        if rows_in is None or not replace_batches(changelog, rows_in, lo, hi):
+            writer = batch.write.format("delta").option("mergeSchema", "true")
+            if self._is_delta(changelog):
+                writer.mode("overwrite").option(
+                    "replaceWhere", f"{quote(BATCH)} >= {lo} AND {quote(BATCH)} <= {hi}"
+                ).save(changelog)
+            else:
+                writer.mode("append").save(changelog)
+        del rows_in
         current = f"{base}/current"
         self._prepare(current, batch)
         appended, merged, keep = split_appends(parts, known, self._appended_through.get(current, 0))
         rows = 0
         try:
             if appended:
-                (
-                    self.spark.read.option("mergeSchema", "true")
-                    .parquet(*[str(p) for p in appended])
-                    .drop(BEFORE)  # a changelog column: not in the current state
-                    .write.format("delta")
-                    .mode("append")
-                    .option("mergeSchema", "true")
-                    .option("txnAppId", f"snapshotter-{self._run}-{current}")
-                    .option("txnVersion", hi)
-                    .save(current)
-                )
+                self._append(current, appended, hi)
                 self._appended_through[current] = hi
                 rows = sum(pq.ParquetFile(p).metadata.num_rows for p in appended)
             if truncated_at is not None:
@@ -137,6 +140,25 @@ class DeltaTables:
             self._register(table, base)
             self._registered.add(table)
         return rows, keep
+
+    def _append(self, current: str, files: Sequence[Path], hi: int) -> None:
+        """READ rows of new keys appended (by delta-rs when it can: ``delta_arrow``), as
+        transaction ``hi`` of this process's landings of the table."""
+        app_id = f"snapshotter-{self._run}-{current}"
+        rows = read_arrow(files, drop=[BEFORE]) if local_path(current) is not None else None
+        if rows is not None and append(current, rows, app_id, hi):
+            return
+        (
+            self.spark.read.option("mergeSchema", "true")
+            .parquet(*[str(p) for p in files])
+            .drop(BEFORE)  # a changelog column: not in the current state
+            .write.format("delta")
+            .mode("append")
+            .option("mergeSchema", "true")
+            .option("txnAppId", app_id)
+            .option("txnVersion", hi)
+            .save(current)
+        )
 
     def _prepare(self, current: str, batch: DataFrame) -> None:
         """The current-state table created with deletion vectors and Change Data Feed on, or
