@@ -361,6 +361,11 @@ class SinkConfig(_Section):
     # reaches this far back), and always the last snapshots_kept.
     snapshot_retention_s: float = Field(default=86_400.0 * 7, ge=0, le=86_400 * 3650)
     snapshots_kept: int = Field(default=10, ge=1)
+    # spark, iceberg format: maintenance rewrites a data file for its deleted rows once at
+    # least this share of them is deleted (Iceberg's delete-ratio-threshold; 0.3 is Iceberg's
+    # default): a few changes spread over a large table leave its files alone (their deletion
+    # vectors stay, which readers apply), so maintenance costs the change, not the table.
+    rewrite_delete_ratio: float = Field(default=0.3, gt=0, le=1)
     # spark: where batches are staged, a directory of this machine (staged files are fsynced
     # before the state records them) that Spark's executors can read too: on a cluster of
     # other machines, a shared mount. Unset: "_staging" under a local landing path (Spark

@@ -115,7 +115,13 @@ def test_maintenance_folds_deletes_and_small_files_in_and_expires_snapshots(
     tmp_path: Path,
 ) -> None:
     lake = Lake(
-        tmp_path, IcebergPolicy(maintenance_interval_s=0, snapshot_retention_s=0, snapshots_kept=2)
+        tmp_path,
+        IcebergPolicy(
+            maintenance_interval_s=0,
+            snapshot_retention_s=0,
+            snapshots_kept=2,
+            rewrite_delete_ratio=0.1,  # the first file ends with 12 of its 40 rows deleted
+        ),
     )
     lake.land(1, chunk(range(0, 40), 100))
     expected = {k: (k, f"r{k}") for k in range(40)}
@@ -157,6 +163,38 @@ def test_maintenance_folds_deletes_and_small_files_in_and_expires_snapshots(
     # Nothing landed since: nothing is due, and an idle lander does nothing.
     assert not lake.lander.has_tails()
     assert lake.lander.compact_idle() == []
+
+
+@pytest.mark.parametrize(("ratio", "rewritten"), [(0.3, False), (0.001, True)])
+def test_maintenance_rewrites_a_file_for_its_deletes_only_past_the_ratio(
+    tmp_path: Path, ratio: float, rewritten: bool
+) -> None:
+    """5 of a 2,000-row file's rows updated (0.25%): under rewrite_delete_ratio 0.3 the file
+    and its deletion vector stay (maintenance costs the change, not the table); under 0.001
+    it is rewritten with them folded in. Either way the readers see the same rows."""
+    lake = Lake(tmp_path, IcebergPolicy(maintenance_interval_s=0, rewrite_delete_ratio=ratio))
+    lake.land(1, chunk(range(0, 2000), 100))
+    lake.land(2, [log("u", k, 5000 + k) for k in (3, 400, 900, 1500, 1999)])
+    current = lake.tables.current_name(TABLE)
+
+    def files() -> set[str]:
+        return {
+            r[0] for r in lake.spark.sql(f"SELECT file_path FROM {current}.data_files").collect()
+        }
+
+    first = {
+        r[0]
+        for r in lake.spark.sql(
+            f"SELECT file_path FROM {current}.data_files WHERE record_count = 2000"
+        ).collect()
+    }
+    assert len(first) == 1 and lake.count(current, "delete_files") == 1
+    assert lake.lander.compact_idle() == [TABLE]
+    assert lake.count(current, "delete_files") == (0 if rewritten else 1)
+    assert (first <= files()) is not rewritten
+    want = {k: (k, f"log{k}" if k in (3, 400, 900, 1500, 1999) else f"r{k}") for k in range(2000)}
+    assert lake.spark_rows("id", "name") == want
+    assert lake.pyiceberg_rows("id", "name") == want
 
 
 def test_maintenance_waits_for_its_interval(tmp_path: Path) -> None:

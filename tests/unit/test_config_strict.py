@@ -271,6 +271,7 @@ FLOAT_SETTINGS = [
     ("sink", "compact_idle_s", SOURCE + '[sink]\nkind = "spark"\n{line}\n'),
     ("sink", "maintenance_interval_s", SOURCE + '[sink]\nkind = "spark"\n{line}\n'),
     ("sink", "snapshot_retention_s", SOURCE + '[sink]\nkind = "spark"\n{line}\n'),
+    ("sink", "rewrite_delete_ratio", SOURCE + '[sink]\nkind = "spark"\n{line}\n'),
     ("spark", "start_timeout_s", SOURCE + '[sink]\nkind = "spark"\n[spark]\n{line}\n'),
     ("state", "shutdown_timeout_s", SOURCE + "[state]\n{line}\n"),
 ]

@@ -187,6 +187,7 @@ class SparkSink:
                     maintenance_interval_s=sink.maintenance_interval_s,
                     snapshot_retention_s=sink.snapshot_retention_s,
                     snapshots_kept=sink.snapshots_kept,
+                    rewrite_delete_ratio=sink.rewrite_delete_ratio,
                 ),
             )
             # Every landed table, landed again or not: what a crash left cleared, and its

@@ -69,9 +69,11 @@ CURRENT_PROPERTIES = {
 }
 CHANGELOG_PROPERTIES = {"format-version": "3"}
 _SOURCE = "`__snapshotter_s`"  # the batch's side of a MERGE
-# rewrite_data_files: a file group is rewritten once it has this many small files, or a
-# data file once it has any deleted rows (its deletion vector is folded in).
-REWRITE_OPTIONS = {"min-input-files": "5", "delete-file-threshold": "1"}
+# rewrite_data_files: a file group is rewritten once it has this many small files; a data file
+# once the policy's share of its rows is deleted (``delete-ratio-threshold``: its deletion
+# vector folded in). Not on any delete (``delete-file-threshold`` 1): 10,000 changes spread
+# over a 4M-row table would rewrite every file of it at every maintenance.
+REWRITE_OPTIONS = {"min-input-files": "5"}
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ class IcebergPolicy:
     maintenance_interval_s: float = 600.0
     snapshot_retention_s: float = 7 * 86_400.0
     snapshots_kept: int = 10
+    rewrite_delete_ratio: float = 0.3
 
 
 class IcebergError(RuntimeError):
@@ -328,7 +331,11 @@ class IcebergTables:
     def maintain(self, table: TableId) -> None:
         started = time.monotonic()
         older = datetime.fromtimestamp(time.time() - self.policy.snapshot_retention_s, UTC)
-        options = ", ".join(f"'{k}', '{v}'" for k, v in REWRITE_OPTIONS.items())
+        settings = {
+            **REWRITE_OPTIONS,
+            "delete-ratio-threshold": str(self.policy.rewrite_delete_ratio),
+        }
+        options = ", ".join(f"'{k}', '{v}'" for k, v in settings.items())
         for name in (self.current_name(table), self.changelog_name(table)):
             if not self._exists(name):
                 continue
