@@ -32,14 +32,10 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from snapshotter.sinks.spark.formats.delta_arrow import (
-    append,
-    local_path,
-    read_arrow,
-    replace_batches,
-)
+from snapshotter.sinks.spark.formats.delta_arrow import append, replace_batches
 from snapshotter.sinks.spark.formats.merge import latest_changes
 from snapshotter.sinks.spark.formats.split import is_split, split_appends
+from snapshotter.sinks.spark.formats.staged_arrow import local_path, read_arrow
 from snapshotter.sinks.spark.latest import quote
 from snapshotter.sinks.spark.types import BATCH, BEFORE, POS
 
@@ -105,6 +101,12 @@ class DeltaTables:
         batch = self.spark.read.option("mergeSchema", "true").parquet(*files)
         changelog = f"{base}/changelog"
         rows_in = read_arrow(files) if local_path(changelog) is not None else None
+        if rows_in is not None and not self._is_delta(changelog):
+            from delta.tables import DeltaTable
+
+            DeltaTable.createIfNotExists(self.spark).location(changelog).addColumns(
+                batch.schema
+            ).execute()
         if rows_in is None or not replace_batches(changelog, rows_in, lo, hi):
             writer = batch.write.format("delta").option("mergeSchema", "true")
             if self._is_delta(changelog):

@@ -24,40 +24,12 @@ Otherwise ``None``/``False`` and the caller writes with Spark."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from snapshotter.sinks.spark.formats.staged_arrow import local_path
 from snapshotter.sinks.spark.types import BATCH
-
-
-def local_path(location: str) -> str | None:
-    """The file-system path of a table location on this machine, or None (a remote store)."""
-    if location.startswith("file://"):
-        return location[len("file://") :]
-    if location.startswith("file:"):
-        return location[len("file:") :]
-    return None if "://" in location else location
-
-
-def read_arrow(files: Sequence[Path | str], drop: Sequence[str] = ()) -> pa.Table | None:
-    """The staged files' rows as one Arrow table without the ``drop`` columns, or None when
-    the files' schemas differ (Spark reads and evolves those). A directory (a part read on
-    executors) stands for the Parquet files in it."""
-    files = [
-        found
-        for f in map(Path, files)
-        for found in (sorted(f.glob("*.parquet")) if f.is_dir() else [f])
-    ]
-    schemas = [pq.read_schema(f) for f in files]
-    if not schemas or any(not s.equals(schemas[0]) for s in schemas[1:]):
-        return None
-    tables = [pq.read_table(f) for f in files]
-    rows = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-    gone = [c for c in drop if c in rows.column_names]
-    return rows.drop_columns(gone) if gone else rows
 
 
 def _as_table_has_it(path: str, rows: pa.Table) -> pa.Table | None:
@@ -101,16 +73,14 @@ def append(location: str, rows: pa.Table, app_id: str, version: int) -> bool:
 
 def replace_batches(location: str, rows: pa.Table, lo: int, hi: int) -> bool:
     """Batches ``lo..hi`` of the changelog at ``location`` replaced by ``rows`` in one
-    commit (the table made by this first write when there is none). False: not done
-    (another store, another schema): the caller writes with Spark."""
+    commit. False: not done (no table yet, another store, another schema): the caller
+    writes with Spark. (Tables are made by Spark: delta-rs 1.6 makes a table whose protocol
+    Spark refuses when a column is NOT NULL: "invariants" not listed.)"""
     from deltalake import write_deltalake
 
     path = local_path(location)
-    if path is None:
+    if path is None or not (Path(path) / "_delta_log").is_dir():
         return False
-    if not (Path(path) / "_delta_log").is_dir():
-        write_deltalake(path, rows, mode="append")
-        return True
     cast = _as_table_has_it(path, rows)
     if cast is None:
         return False

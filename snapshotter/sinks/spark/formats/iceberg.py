@@ -44,6 +44,7 @@ from pyspark.sql.types import DataType, StructType
 
 from snapshotter.common.faults import failpoint
 from snapshotter.sinks.spark.appends import KnownKeys
+from snapshotter.sinks.spark.formats.iceberg_files import FileAppender
 from snapshotter.sinks.spark.formats.merge import latest_changes
 from snapshotter.sinks.spark.formats.split import is_split, split_appends
 from snapshotter.sinks.spark.formats.staged import read_staged, widens
@@ -124,6 +125,7 @@ class IcebergTables:
         self._maintained_at: dict[TableId, float] = {}  # monotonic time of the last
         self._landed: set[TableId] = set()  # landed since their last maintenance
         self._appended_through: dict[TableId, int] = {}  # batches appended (a retried land)
+        self._files = FileAppender(spark, self.catalog)
 
     # ------------------------------------------------------------------ names
 
@@ -233,10 +235,11 @@ class IcebergTables:
         changelog = self.changelog_name(table)
         if self._exists(changelog):
             self._evolve(changelog, batch)
-            self._replace_batches(changelog, self._conform(changelog, batch), lo, hi)
+            self._replace_batches(changelog, self._conform(changelog, batch), lo, hi, files)
         else:
             self._create(changelog, batch, CHANGELOG_PROPERTIES)
-            batch.writeTo(changelog).append()
+            if not self._files.append(changelog, files):
+                batch.writeTo(changelog).append()
         failpoint("spark.iceberg.changelog")  # committed; the current state not yet
 
         current = self.current_name(table)
@@ -249,8 +252,9 @@ class IcebergTables:
         rows = 0
         try:
             if appended:
-                rows_in = read_staged(self.spark, [str(p) for p in appended]).drop(BEFORE)
-                self._conform(current, rows_in).writeTo(current).append()
+                if not self._files.append(current, appended, drop=[BEFORE]):
+                    rows_in = read_staged(self.spark, [str(p) for p in appended]).drop(BEFORE)
+                    self._conform(current, rows_in).writeTo(current).append()
                 self._appended_through[table] = hi
                 failpoint("spark.iceberg.appended")  # committed; the merge not yet
                 rows = sum(pq.ParquetFile(p).metadata.num_rows for p in appended)
@@ -271,7 +275,9 @@ class IcebergTables:
         self._landed.add(table)
         return rows, keep
 
-    def _replace_batches(self, changelog: str, rows: DataFrame, lo: int, hi: int) -> None:
+    def _replace_batches(
+        self, changelog: str, rows: DataFrame, lo: int, hi: int, files: Sequence[str]
+    ) -> None:
         """Batches ``lo..hi`` of the changelog replaced by ``rows``, in one commit.
 
         The changelog holds none of them (every landing but one after a crash): an overwrite
@@ -283,7 +289,8 @@ class IcebergTables:
         those batches and insert of ``rows`` are one commit."""
         span = F.col(BATCH).between(lo, hi)
         if not self.spark.table(changelog).where(span).limit(1).collect():
-            rows.writeTo(changelog).overwrite(span)
+            if not self._files.append(changelog, files):  # the staged files, as they are
+                rows.writeTo(changelog).overwrite(span)
             return
         (
             rows.alias(_SOURCE.strip("`"))

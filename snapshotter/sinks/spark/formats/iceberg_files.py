@@ -1,0 +1,78 @@
+"""Appends to an Iceberg table as Parquet files pyarrow writes into the table's data
+directory, registered by Iceberg's ``add_files`` procedure (one commit): no Spark job
+re-encoding the rows on the JVM.
+
+Why: a snapshot's first landing appends every row twice (the changelog, the current state);
+by Spark that took 3.5 s per 1M rows and table in local[2], where pyarrow writes the file in
+about 0.3 s and ``add_files`` (reading its footer for the column metrics, one commit) takes
+about 1 s. The files carry no Iceberg field ids: ``add_files`` sets the table's default name
+mapping (``schema.name-mapping.default``), which Iceberg keeps up with later schema changes,
+and every Iceberg reader (Spark, pyiceberg, Trino...) resolves such files by column name.
+
+Only where it is exactly what a Spark append would write: a table on this machine's file
+system and staged rows of the table's columns and types (``staged_arrow``); otherwise False
+and the caller appends with Spark (a column added or widened at the source, a table in a
+remote catalog's object store)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from snapshotter.sinks.spark.formats.staged_arrow import local_path, read_arrow
+from snapshotter.sinks.spark.latest import quote
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+class FileAppender:
+    """Appends by ``add_files`` into the tables of one Iceberg catalog."""
+
+    def __init__(self, spark: SparkSession, catalog: str) -> None:
+        self.spark = spark
+        self.catalog = catalog
+        self._locations: dict[str, str | None] = {}  # table name: its local directory
+
+    def _location(self, name: str) -> str | None:
+        if name not in self._locations:
+            rows = self.spark.sql(f"DESCRIBE TABLE EXTENDED {name}").collect()
+            found = [str(r["data_type"]) for r in rows if r["col_name"] == "Location"]
+            self._locations[name] = local_path(found[0]) if found else None
+        return self._locations[name]
+
+    def append(self, name: str, files: Sequence[Path | str], drop: Sequence[str] = ()) -> bool:
+        """The staged ``files``' rows (without the ``drop`` columns) appended to the table
+        ``name`` (quoted, with its catalog) in one commit. False: not done (see above)."""
+        location = self._location(name)
+        if location is None:
+            return False
+        rows = read_arrow(files, drop)
+        if rows is None:
+            return False
+        columns = to_arrow_schema(self.spark.table(name).schema)
+        if sorted(columns.names) != sorted(rows.column_names):
+            return False
+        try:
+            rows = rows.select(columns.names).cast(columns, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
+            return False
+        # A directory of its own per append: add_files registers every file of the
+        # directory it is given.
+        directory = Path(location) / "data" / f"snapshotter-{uuid.uuid4().hex}"
+        directory.mkdir(parents=True)
+        pq.write_table(rows, directory / "part-00000.parquet")
+        source = "`parquet`.`" + str(directory).replace("`", "``") + "`"
+        # The whole name: a procedure resolves 'schema.table' trying schema as a catalog.
+        self.spark.sql(
+            f"CALL {quote(self.catalog)}.system.add_files(table => {_sql_string(name)}, "
+            f"source_table => {_sql_string(source)}, check_duplicate_files => false)"
+        ).collect()
+        return True

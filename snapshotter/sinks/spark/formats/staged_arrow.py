@@ -1,0 +1,38 @@
+"""Staged files read into Arrow in the driver, for appends written without a Spark job
+(``delta_arrow``, ``iceberg_files``): where the table is on this machine's file system, and
+the staged files agree on one schema."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+def local_path(location: str) -> str | None:
+    """The file-system path of a table location on this machine, or None (a remote store)."""
+    if location.startswith("file://"):
+        return location[len("file://") :]
+    if location.startswith("file:"):
+        return location[len("file:") :]
+    return None if "://" in location else location
+
+
+def read_arrow(files: Sequence[Path | str], drop: Sequence[str] = ()) -> pa.Table | None:
+    """The staged files' rows as one Arrow table without the ``drop`` columns, or None when
+    the files' schemas differ (Spark reads and evolves those). A directory (a part read on
+    executors) stands for the Parquet files in it."""
+    files = [
+        found
+        for f in map(Path, files)
+        for found in (sorted(f.glob("*.parquet")) if f.is_dir() else [f])
+    ]
+    schemas = [pq.read_schema(f) for f in files]
+    if not schemas or any(not s.equals(schemas[0]) for s in schemas[1:]):
+        return None
+    tables = [pq.read_table(f) for f in files]
+    rows = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+    gone = [c for c in drop if c in rows.column_names]
+    return rows.drop_columns(gone) if gone else rows
