@@ -76,9 +76,24 @@ class DeltaTables:
         self._registered: set[TableId] = set()  # in the catalog, by this process
 
     def _is_delta(self, path: str) -> bool:
+        local = local_path(path)
+        if local is not None:  # without a Spark call: a landing asks several times
+            return (Path(local) / "_delta_log").is_dir()
         from delta.tables import DeltaTable
 
         return bool(DeltaTable.isDeltaTable(self.spark, path))
+
+    def _properties(self, path: str) -> dict[str, str]:
+        local = local_path(path)
+        if local is not None:  # delta-rs reads the log in milliseconds; Spark's detail()
+            import deltalake  # took 2-4 s, at every run's first landing of the table
+
+            settings = deltalake.DeltaTable(local).metadata().configuration
+            return {k: v for k, v in settings.items() if v is not None}
+        from delta.tables import DeltaTable
+
+        found = DeltaTable.forPath(self.spark, path).detail().collect()[0]["properties"]
+        return dict(found)
 
     def fresh(self, base: str) -> bool:
         """Whether the current-state table does not exist (appends may start it)."""
@@ -176,7 +191,7 @@ class DeltaTables:
                 builder = builder.property(key, value)
             builder.execute()
         else:
-            have = DeltaTable.forPath(self.spark, current).detail().collect()[0]["properties"]
+            have = self._properties(current)
             missing = {k: v for k, v in CURRENT_PROPERTIES.items() if have.get(k) != v}
             if missing:
                 settings = ", ".join(f"'{k}' = '{v}'" for k, v in missing.items())
