@@ -63,6 +63,7 @@ from snapshotter.sinks.spark.remote_reads import write_remote_reads
 from snapshotter.sinks.spark.staging import StagedBatch, StagingArea
 from snapshotter.sinks.spark.start import SparkStartError, shown
 from snapshotter.sinks.spark.types import (
+    LandingTypeError,
     events_to_landed,
     landed_schema,
     read_batch_to_landed,
@@ -182,6 +183,7 @@ class SparkSink:
                 compact_min_rows=sink.compact_min_rows,
                 buckets=sink.buckets,
                 catalog=sink.catalog,
+                schema_changes=sink.schema_changes,
                 iceberg=IcebergPolicy(
                     catalog=sink.catalog,
                     maintenance_interval_s=sink.maintenance_interval_s,
@@ -397,13 +399,16 @@ class SparkSink:
             if not keys:
                 raise SparkSinkError(f"no key columns known for {table}: cannot land it")
             schema = self._schema(table, pieces)
-            parts = [
-                read_batch_to_landed(schema, piece, seq)
-                if isinstance(piece, ReadBatch)
-                else events_to_landed(schema, keys, piece, seq)
-                for piece in pieces
-                if not isinstance(piece, StagedReadBatch)
-            ]
+            try:
+                parts = _to_landed(schema, keys, pieces, seq)
+            except (pa.ArrowInvalid, LandingTypeError):
+                # A value past its column's type: the column may have been widened at the
+                # source since the table was described (a schema change while streaming).
+                described = self._schemas[table] = self._describe(table)
+                if described == schema:
+                    raise
+                schema = described
+                parts = _to_landed(schema, keys, pieces, seq)
             remote = [piece for piece in pieces if isinstance(piece, StagedReadBatch)]
             if remote:
                 # Rows read on executors: Spark applies the windows' drops where they are and
@@ -663,6 +668,19 @@ class SparkSink:
                 self._cond.wait(left)
         self._check()
         return True
+
+
+def _to_landed(
+    schema: TableSchema, keys: Sequence[str], pieces: Sequence[Piece], seq: int
+) -> list[pa.Table]:
+    """The pieces read on this process (not on executors) as landed rows."""
+    return [
+        read_batch_to_landed(schema, piece, seq)
+        if isinstance(piece, ReadBatch)
+        else events_to_landed(schema, keys, piece, seq)
+        for piece in pieces
+        if not isinstance(piece, StagedReadBatch)
+    ]
 
 
 def _unknown_columns(schema: TableSchema, pieces: Sequence[Piece]) -> set[str]:
