@@ -63,11 +63,13 @@ from snapshotter.sinks.spark.remote_reads import write_remote_reads
 from snapshotter.sinks.spark.staging import StagedBatch, StagingArea
 from snapshotter.sinks.spark.start import SparkStartError, shown
 from snapshotter.sinks.spark.types import (
-    LandingTypeError,
+    ValuesDoNotFit,
     events_to_landed,
     landed_schema,
+    missing_columns,
     read_batch_to_landed,
     read_batch_unknown_columns,
+    strict_values,
     unknown_columns,
 )
 from snapshotter.sources.base import TableSchema
@@ -131,6 +133,9 @@ class SparkSink:
         self._format = fmt
         self._lander: Lander | None = None
         self._schemas: dict[TableId, TableSchema] = {}
+        # Per table the columns its log rows lacked though described again (partial row
+        # images): not taken for a dropped column again.
+        self._partial: dict[TableId, set[str]] = {}
         self._pending: dict[TableId, list[Piece]] = {}
         self._seq = 0
         self._checkpoint_id = 0
@@ -348,8 +353,14 @@ class SparkSink:
 
     def _schema(self, table: TableId, pieces: Sequence[Piece]) -> TableSchema:
         schema = self._schemas.get(table)
-        if schema is None or _unknown_columns(schema, pieces):
+        if (
+            schema is None
+            or _unknown_columns(schema, pieces)
+            or _missing_columns(schema, pieces) - self._partial.get(table, set())
+        ):
+            # A column added (or dropped) at the source since: describe the table again.
             schema = self._schemas[table] = self._describe(table)
+            self._partial[table] = _missing_columns(schema, pieces)
             extra = _unknown_columns(schema, pieces)
             if extra:
                 log.warning(
@@ -400,14 +411,13 @@ class SparkSink:
                 raise SparkSinkError(f"no key columns known for {table}: cannot land it")
             schema = self._schema(table, pieces)
             try:
-                parts = _to_landed(schema, keys, pieces, seq)
-            except (pa.ArrowInvalid, LandingTypeError):
+                with strict_values():
+                    parts = _to_landed(schema, keys, pieces, seq)
+            except ValuesDoNotFit:
                 # A value past its column's type: the column may have been widened at the
-                # source since the table was described (a schema change while streaming).
-                described = self._schemas[table] = self._describe(table)
-                if described == schema:
-                    raise
-                schema = described
+                # source since the table was described (a schema change while streaming);
+                # if not, such values land as NULL, as always (said in the log).
+                schema = self._schemas[table] = self._describe(table)
                 parts = _to_landed(schema, keys, pieces, seq)
             remote = [piece for piece in pieces if isinstance(piece, StagedReadBatch)]
             if remote:
@@ -695,6 +705,15 @@ def _unknown_columns(schema: TableSchema, pieces: Sequence[Piece]) -> set[str]:
         else:
             unknown |= unknown_columns(schema, piece)
     return unknown
+
+
+def _missing_columns(schema: TableSchema, pieces: Sequence[Piece]) -> set[str]:
+    """Columns of the catalog the pieces' log rows lack (READ batches have them all)."""
+    missing: set[str] = set()
+    for piece in pieces:
+        if not isinstance(piece, (ReadBatch, StagedReadBatch)):
+            missing |= missing_columns(schema, piece)
+    return missing
 
 
 def _first_line(exc: BaseException) -> str:

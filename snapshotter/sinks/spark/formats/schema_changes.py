@@ -116,11 +116,13 @@ def check(
     batch: int,
 ) -> list[Change]:
     """The changes the staged files of a landing (oldest first, starting at ``batch``) bring
-    to the landed table (None: nothing landed yet), refused under ``"fail"``, recorded in
-    ``meta`` under ``"evolve"``. A type change that is not a widening is refused either way
-    (no format can follow it)."""
+    to the landed table (None: nothing landed yet: to the landing's first file), refused
+    under ``"fail"``, recorded in ``meta`` under ``"evolve"``. A type change that is not a
+    widening is refused either way (no format can follow it)."""
     if landed is None:
-        return []
+        if not staged:
+            return []
+        landed, staged = staged[0], staged[1:]
     found: list[Change] = []
     have = dict(landed)
     gone = dropped(meta)
