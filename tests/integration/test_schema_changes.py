@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from snapshotter.sinks.spark.sink import SparkSinkError
 from tests.integration.test_convergence import (
     Source,
     _matrix,
@@ -244,3 +245,39 @@ def test_a_table_altered_under_a_random_writer_converges(
         assert "note" in types and "gone" in types, where  # a dropped column stays
     recorded = [(c["change"], c["column"]) for c in _recorded(cap)]
     assert recorded == [("add", "note"), ("widen", "price"), ("drop", "gone")], _recorded(cap)
+
+
+def test_schema_changes_fail_stops_at_the_change_and_evolve_lands_it(
+    request: pytest.FixtureRequest,
+) -> None:
+    """``schema_changes = "fail"``: a column added after the snapshot stops the engine with
+    an error naming the table, the column and the fix, before anything of the change lands;
+    switched to "evolve", the next run lands every staged row (nothing was lost)."""
+    cap = _capture(request, "postgres", "parquet", sink_config='schema_changes = "fail"')
+    name = f'"{cap.schema}".items'
+    create, add, _, _ = (d.format(t=name) for d in _DDL["postgres"])
+    for statement in create.split("; "):
+        cap.sql(statement)
+    cap.sql(f"INSERT INTO {name} (id, qty, name) VALUES (1, 1, 'one'), (2, 2, 'two')")
+    cap.init()
+    cap.execute(f"{cap.schema}.items")
+    assert cap.run() == 0
+    cap.sql(add)
+    cap.sql(f"UPDATE {name} SET note = 'noted', qty = 10 WHERE id = 1")
+    cap.sql(f"INSERT INTO {name} (id, qty, note) VALUES (3, 3, 'fresh')")
+    with pytest.raises(SparkSinkError) as failed:
+        cap.run()
+    message = str(failed.value)
+    for part in (f"{cap.schema}.items", "column note string added", 'schema_changes = "fail"'):
+        assert part in message, message
+    assert "evolve" in message, message
+    landed = {r["id"]: r for r in cap.landed_rows("items").values()}
+    assert "note" not in landed[1] and landed[1]["qty"] == 1  # nothing of it landed
+    assert _recorded(cap) == []
+    text = cap.config_path.read_text()
+    cap.config_path.write_text(text.replace('schema_changes = "fail"', 'schema_changes = "evolve"'))
+    assert cap.run() == 0
+    source = cap.source_rows("items")
+    landed = cap.landed_rows("items")
+    assert landed == source
+    assert [(c["change"], c["column"]) for c in _recorded(cap)] == [("add", "note")]

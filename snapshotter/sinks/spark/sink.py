@@ -58,6 +58,8 @@ from snapshotter.core.window import ReadBatch, StagedReadBatch
 from snapshotter.sinks.base import Ack, SinkItem
 from snapshotter.sinks.spark.formats.delta import DeltaCatalogError
 from snapshotter.sinks.spark.formats.iceberg import IcebergError, IcebergPolicy
+from snapshotter.sinks.spark.formats.schema_changes import SchemaChangeRefused
+from snapshotter.sinks.spark.formats.staged import SchemaChangeError
 from snapshotter.sinks.spark.lander import Landed, Lander, LandingError, landed_tables
 from snapshotter.sinks.spark.remote_reads import write_remote_reads
 from snapshotter.sinks.spark.staging import StagedBatch, StagingArea
@@ -495,7 +497,7 @@ class SparkSink:
             try:
                 landed = self._lander.land(batches)
                 break
-            except LandingError as exc:
+            except (LandingError, SchemaChangeRefused, SchemaChangeError) as exc:
                 raise SparkSinkError(f"landing failed: {exc}") from exc
             except Exception as exc:
                 if is_disk_full(exc) or "No space left on device" in _first_line(exc):
