@@ -230,6 +230,8 @@ def test_a_table_altered_under_a_random_writer_converges(
         stopped = engine.stop(timeout=120)
     assert stopped == 0
     assert cap.run(timeout=240) == 0  # the log to its end
+    verdict = cap.verify_landed("items")  # `snapshotter verify`: the table and its readers
+    assert verdict.ok, verdict.render()
     source = cap.source_rows("items")
     landed_rows = cap.landed_rows("items")  # every reader of the format agrees
     assert landed_rows.keys() == source.keys(), (
