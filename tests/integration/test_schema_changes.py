@@ -103,6 +103,7 @@ def test_a_column_added_widened_and_dropped_while_streaming(
         assert "note" in types and "name" in types, where
     recorded = [(c["change"], c["column"]) for c in _recorded(cap)]
     assert recorded == [("add", "note"), ("widen", "price"), ("drop", "name")]
+    assert _read_by_spark(cap) == sorted(_recorded(cap), key=lambda r: (r["batch"], r["column"]))
 
 
 def _recorded(cap: Any) -> list[dict[str, Any]]:
@@ -112,6 +113,14 @@ def _recorded(cap: Any) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return list(json.loads(path.read_text()).get("schema_changes", []))
+
+
+def _read_by_spark(cap: Any) -> list[dict[str, Any]]:
+    """``schema_changes.jsonl`` as a Spark user reads it."""
+    lander = cap.lander()
+    path = f"{lander.table_path(cap.table_id('items'))}/schema_changes.jsonl"
+    rows = lander.spark.read.json(path).collect()
+    return sorted((r.asDict() for r in rows), key=lambda r: (r["batch"], r["column"]))
 
 
 def _landed_types(cap: Any, fmt: str) -> dict[str, dict[str, str]]:
@@ -247,6 +256,7 @@ def test_a_table_altered_under_a_random_writer_converges(
         assert "note" in types and "gone" in types, where  # a dropped column stays
     recorded = [(c["change"], c["column"]) for c in _recorded(cap)]
     assert recorded == [("add", "note"), ("widen", "price"), ("drop", "gone")], _recorded(cap)
+    assert _read_by_spark(cap) == sorted(_recorded(cap), key=lambda r: (r["batch"], r["column"]))
 
 
 def test_schema_changes_fail_stops_at_the_change_and_evolve_lands_it(

@@ -22,6 +22,7 @@ A crash during that rewrite is finished by the next landing (``rewrite_pending``
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -286,6 +287,20 @@ class ParquetSchemas:
 
 # ---------------------------------------------------------------------- the lander's hook
 
+HISTORY = "schema_changes.jsonl"  # beside _snapshotter.json: Spark reads no ``_`` file
+
+
+def publish(fs: pafs.FileSystem, path: str, meta: TableMeta) -> None:
+    """The table's recorded changes as JSON lines at ``path`` (replaced whole, atomically),
+    so ``spark.read.json`` lists them: ``_snapshotter.json`` is hidden from Spark's readers
+    by its name."""
+    text = "".join(json.dumps(entry) + "\n" for entry in meta.schema_changes)
+    head, name = path.rsplit("/", 1)
+    hidden = f"{head}/.{name}.tmp"
+    with fs.open_output_stream(hidden) as f:
+        f.write(text.encode("utf-8"))
+    fs.move(hidden, path)
+
 
 def _staged_schema(path: Path) -> pa.Schema | None:
     """A staged file's schema (of a staged directory's first file: the executor-read path)."""
@@ -318,9 +333,10 @@ def before_landing(
     if lander._delta is not None and any(c.kind == "widen" for c in found):
         files = [str(p.file) for _, p in parts]
         lander._delta.widen(lander.table_path(table), read_staged(lander.spark, files).schema)
+    if found:
+        lander._save_meta(table, meta)  # recorded even if the landing fails midway
+        publish(lander._fs, lander._fs_path(table, HISTORY), meta)
     if lander.format != "parquet":
-        if found:
-            lander._save_meta(table, meta)  # recorded even if the landing fails midway
         return None
     return lander.parquet_schemas.evolve(
         table,
