@@ -66,10 +66,9 @@ from snapshotter.sinks.spark.staging import StagedBatch, StagingArea
 from snapshotter.sinks.spark.start import SparkStartError, shown
 from snapshotter.sinks.spark.types import (
     ValuesDoNotFit,
-    events_to_landed,
     landed_schema,
     missing_columns,
-    read_batch_to_landed,
+    pieces_to_landed,
     read_batch_unknown_columns,
     strict_values,
     unknown_columns,
@@ -358,11 +357,11 @@ class SparkSink:
         if (
             schema is None
             or _unknown_columns(schema, pieces)
-            or _missing_columns(schema, pieces) - self._partial.get(table, set())
+            or missing_columns(schema, pieces) - self._partial.get(table, set())
         ):
             # A column added (or dropped) at the source since: describe the table again.
             schema = self._schemas[table] = self._describe(table)
-            self._partial[table] = _missing_columns(schema, pieces)
+            self._partial[table] = missing_columns(schema, pieces)
             extra = _unknown_columns(schema, pieces)
             if extra:
                 log.warning(
@@ -414,13 +413,13 @@ class SparkSink:
             schema = self._schema(table, pieces)
             try:
                 with strict_values():
-                    parts = _to_landed(schema, keys, pieces, seq)
+                    parts = pieces_to_landed(schema, keys, pieces, seq)
             except ValuesDoNotFit:
                 # A value past its column's type: the column may have been widened at the
                 # source since the table was described (a schema change while streaming);
                 # if not, such values land as NULL, as always (said in the log).
                 schema = self._schemas[table] = self._describe(table)
-                parts = _to_landed(schema, keys, pieces, seq)
+                parts = pieces_to_landed(schema, keys, pieces, seq)
             remote = [piece for piece in pieces if isinstance(piece, StagedReadBatch)]
             if remote:
                 # Rows read on executors: Spark applies the windows' drops where they are and
@@ -682,19 +681,6 @@ class SparkSink:
         return True
 
 
-def _to_landed(
-    schema: TableSchema, keys: Sequence[str], pieces: Sequence[Piece], seq: int
-) -> list[pa.Table]:
-    """The pieces read on this process (not on executors) as landed rows."""
-    return [
-        read_batch_to_landed(schema, piece, seq)
-        if isinstance(piece, ReadBatch)
-        else events_to_landed(schema, keys, piece, seq)
-        for piece in pieces
-        if not isinstance(piece, StagedReadBatch)
-    ]
-
-
 def _unknown_columns(schema: TableSchema, pieces: Sequence[Piece]) -> set[str]:
     """Columns the pieces' rows have and the catalog does not: log events row by row, a READ
     batch by its Arrow schema, once."""
@@ -707,15 +693,6 @@ def _unknown_columns(schema: TableSchema, pieces: Sequence[Piece]) -> set[str]:
         else:
             unknown |= unknown_columns(schema, piece)
     return unknown
-
-
-def _missing_columns(schema: TableSchema, pieces: Sequence[Piece]) -> set[str]:
-    """Columns of the catalog the pieces' log rows lack (READ batches have them all)."""
-    missing: set[str] = set()
-    for piece in pieces:
-        if not isinstance(piece, (ReadBatch, StagedReadBatch)):
-            missing |= missing_columns(schema, piece)
-    return missing
 
 
 def _first_line(exc: BaseException) -> str:

@@ -54,7 +54,7 @@ import pyarrow.compute as pc
 
 from snapshotter.core.events import ChangeEvent, Op
 from snapshotter.core.values import UNAVAILABLE_VALUE, RawJson
-from snapshotter.core.window import ReadBatch
+from snapshotter.core.window import ReadBatch, StagedReadBatch
 from snapshotter.sources.base import ColumnInfo, TableSchema
 
 log = logging.getLogger(__name__)
@@ -380,15 +380,35 @@ def unknown_columns(schema: TableSchema, events: Iterable[ChangeEvent]) -> set[s
     return unknown
 
 
-def missing_columns(schema: TableSchema, events: Iterable[ChangeEvent]) -> set[str]:
-    """Columns of the catalog that rows after an event lack (a column dropped since the
-    table was described, or a partial row image): one length check per row."""
+Pieces = Sequence[list[ChangeEvent] | ReadBatch | StagedReadBatch]
+
+
+def missing_columns(schema: TableSchema, pieces: Pieces) -> set[str]:
+    """Columns of the catalog that the pieces' log rows after an event lack (a column
+    dropped since the table was described, or a partial row image; READ batches have them
+    all): one length check per row."""
     count = len(schema.column_names)
     missing: set[str] = set()
-    for event in events:
-        if event.after is not None and len(event.after) < count:
-            missing.update(c for c in schema.column_names if c not in event.after)
+    for piece in pieces:
+        if isinstance(piece, (ReadBatch, StagedReadBatch)):
+            continue
+        for event in piece:
+            if event.after is not None and len(event.after) < count:
+                missing.update(c for c in schema.column_names if c not in event.after)
     return missing
+
+
+def pieces_to_landed(
+    schema: TableSchema, keys: Sequence[str], pieces: Pieces, seq: int
+) -> list[pa.Table]:
+    """The pieces read on this process (not on executors) as landed rows."""
+    return [
+        read_batch_to_landed(schema, piece, seq)
+        if isinstance(piece, ReadBatch)
+        else events_to_landed(schema, keys, piece, seq)
+        for piece in pieces
+        if not isinstance(piece, StagedReadBatch)
+    ]
 
 
 def _is_placeholder(value: Any) -> bool:
