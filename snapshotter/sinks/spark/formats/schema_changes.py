@@ -125,6 +125,7 @@ def check(
             return []
         landed, staged = staged[0], staged[1:]
     found: list[Change] = []
+    unfollowed = False  # a type change no format can follow
     have = dict(landed)
     gone = dropped(meta)
     for columns in staged:
@@ -132,18 +133,19 @@ def check(
             found.append(change)
             if change.kind == "drop":
                 gone.add(change.column)
-            else:
-                gone.discard(change.column)
-                have[change.column] = columns[change.column]
+                continue
+            if change.kind == "widen" and not widens(have[change.column], columns[change.column]):
+                unfollowed = True
+            gone.discard(change.column)
+            have[change.column] = columns[change.column]
     if not found:
         return []
     what = "; ".join(c.describe() for c in found)
-    for change in found:
-        if change.kind == "widen" and not widens(landed[change.column], have[change.column]):
-            raise SchemaChangeError(
-                f"{table}: {what} at the source: only int to bigint, float to double and a "
-                "decimal's precision can change while landing; land the table into another path"
-            )
+    if unfollowed:
+        raise SchemaChangeError(
+            f"{table}: {what} at the source: only int to bigint, float to double and a "
+            "decimal's precision can change while landing; land the table into another path"
+        )
     if mode == "fail":
         raise SchemaChangeRefused(
             f'{table}: {what} at the source, and [sink] schema_changes = "fail": set it to '
