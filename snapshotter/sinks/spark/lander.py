@@ -57,6 +57,10 @@ Landing costs in proportion to the batch, not the table:
   (``hold_compaction``), so the snapshot's rows are compacted once after it
   (``compact_released``) instead of at every step of the table's growth.
 
+Columns added, dropped or widened at the source while streaming: each landing compares its
+staged batches with the landed table first (``formats.schema_changes``: ``[sink]
+schema_changes``, the change recorded in ``_snapshotter.json``).
+
 Unchanged TOAST values (``__unavailable``) take the value of the key's previous event, from
 the same landing or from the state before it, but never from before a delete of the key (a
 key change can delete a key and create it again for another row). Where there is no such
