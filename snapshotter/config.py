@@ -383,6 +383,10 @@ class SinkConfig(_Section):
     # only the buckets whose keys changed). 0: chosen at the table's first compaction from
     # its size, a power of two of about 1M rows each. Kept for the table's life.
     buckets: int = Field(default=0, ge=0, le=65_536)
+    # spark: a column added, dropped or widened at the source while streaming: "evolve" (the
+    # landed tables follow; a dropped column stays, NULL from then on) or "fail" (the
+    # landing stops before the change; the batch stays staged). Flink CDC's names.
+    schema_changes: Literal["evolve", "fail"] = "evolve"
     # spark, parquet format: fold every changelog tail into the current state once nothing
     # has landed for this many seconds, so a plain reader of current/ sees the exact state
     # while the engine runs (0: only when the engine stops).

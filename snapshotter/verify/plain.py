@@ -387,7 +387,11 @@ class PlainReads:
         lacking = [n for n in self.names if n not in data]
         if lacking:
             problems.append(f"no column(s) {', '.join(lacking)}")
-        extra = [c for c in data if c not in self.names]
+        # A column dropped at the source stays in the landed table (recorded as dropped).
+        from snapshotter.sinks.spark.formats.schema_changes import dropped
+
+        gone = dropped(self.meta)
+        extra = [c for c in data if c not in self.names and c not in gone]
         if extra:
             problems.append(
                 f"column(s) {', '.join(extra)} the table does not have (a directory name "

@@ -3,10 +3,11 @@ writer: inserts, updates, deletes, key changes) on PostgreSQL and MariaDB landed
 tables, judged through the catalog with Spark SQL and without Spark by pyiceberg (the
 harness's ``landed_rows``), and by ``snapshotter verify`` (which reads both too); the catalog
 a user names; what a landing writes (merge-on-read: deletion vectors, no data file
-rewritten); maintenance; a reader during landings (pyiceberg and Spark SQL); columns widened
-and dropped while streaming. Crashes between a landing's commits:
-tests/integration/test_faults.py (``iceberg`` cases). The lander alone (maintenance policy,
-a user's catalog, landing again): tests/integration/test_iceberg_tables.py."""
+rewritten); maintenance; a reader during landings (pyiceberg and Spark SQL). Columns added,
+widened and dropped while streaming: tests/integration/test_schema_changes.py. Crashes
+between a landing's commits: tests/integration/test_faults.py (``iceberg`` cases). The
+lander alone (maintenance policy, a user's catalog, landing again):
+tests/integration/test_iceberg_tables.py."""
 
 from __future__ import annotations
 
@@ -160,59 +161,3 @@ def test_a_reader_during_landing_and_maintenance_never_sees_a_key_twice_or_going
 
 
 # The statements per database: the table, the widening, the drop.
-_DDL = {
-    "postgres": (
-        "CREATE TABLE {t} (id int PRIMARY KEY, qty int, name text); "
-        "ALTER TABLE {t} REPLICA IDENTITY FULL",
-        "ALTER TABLE {t} ALTER COLUMN qty TYPE bigint",
-        "ALTER TABLE {t} DROP COLUMN name",
-    ),
-    "mysql": (
-        "CREATE TABLE {t} (id int PRIMARY KEY, qty int, name text)",
-        "ALTER TABLE {t} MODIFY qty bigint",
-        "ALTER TABLE {t} DROP COLUMN name",
-    ),
-}
-
-
-@pytest.mark.parametrize("database", ["postgres", "mysql"])
-def test_a_column_widened_then_dropped_while_streaming(
-    request: pytest.FixtureRequest, database: str
-) -> None:
-    """After the snapshot, qty widened from int to bigint with values past an int's range,
-    then name dropped, each followed by updates and inserts (PostgreSQL and MariaDB): the
-    Iceberg tables follow (qty widened, name NULL in rows landed after the drop), read by
-    Spark SQL and pyiceberg."""
-    factory = request.getfixturevalue("capture" if database == "postgres" else "mysql_capture")
-    cap = factory(chunk_size=20, sink="spark", sink_format="iceberg")
-    quote = '"' if database == "postgres" else "`"
-    name = f"{quote}{cap.schema}{quote}.items"
-    create, widen, drop = (d.format(t=name) for d in _DDL[database])
-    for statement in create.split("; "):
-        cap.sql(statement)
-    cap.sql(
-        f"INSERT INTO {name} (id, qty, name) VALUES "
-        + ", ".join(f"({k}, {k}, 'item {k}')" for k in range(1, 51))
-    )
-    cap.init()
-    cap.execute(f"{cap.schema}.items")
-    assert cap.run() == 0
-    big = 2**40
-    cap.sql(widen)
-    cap.sql(f"UPDATE {name} SET qty = %s WHERE id = 1", (big,))
-    cap.sql(f"INSERT INTO {name} VALUES (100, %s, 'new')", (-big,))
-    assert cap.run() == 0
-    cap.sql(drop)
-    cap.sql(f"UPDATE {name} SET qty = %s WHERE id = 2", (big + 2,))
-    cap.sql(f"INSERT INTO {name} VALUES (101, 7)")
-    cap.sql(f"DELETE FROM {name} WHERE id = 3")
-    assert cap.run() == 0
-    source = cap.source_rows("items")
-    landed = cap.landed_rows("items")  # Spark SQL through the catalog and pyiceberg agree
-    assert landed.keys() == source.keys()
-    for key, row in source.items():
-        assert {c: landed[key][c] for c in row} == row, key
-    names = {r["id"]: r["name"] for r in landed.values()}
-    assert (names[1], names[100], names[4]) == ("item 1", "new", "item 4")
-    assert names[2] is None and names[101] is None  # landed after the drop
-    assert {r["id"]: r["qty"] for r in landed.values()}[1] == big

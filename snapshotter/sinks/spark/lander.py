@@ -57,6 +57,10 @@ Landing costs in proportion to the batch, not the table:
   (``hold_compaction``), so the snapshot's rows are compacted once after it
   (``compact_released``) instead of at every step of the table's growth.
 
+Columns added, dropped or widened at the source while streaming: each landing compares its
+staged batches with the landed table first (``formats.schema_changes``: ``[sink]
+schema_changes``, the change recorded in ``_snapshotter.json``).
+
 Unchanged TOAST values (``__unavailable``) take the value of the key's previous event, from
 the same landing or from the state before it, but never from before a delete of the key (a
 key change can delete a key and create it again for another row). Where there is no such
@@ -84,6 +88,7 @@ from snapshotter.common.faults import failpoint
 from snapshotter.sinks.spark import bases
 from snapshotter.sinks.spark.appends import KnownKeys, Plan
 from snapshotter.sinks.spark.formats import parquet, parquet_changelog
+from snapshotter.sinks.spark.formats import schema_changes as schemas
 from snapshotter.sinks.spark.formats.delta import DeltaTables
 from snapshotter.sinks.spark.formats.iceberg import IcebergPolicy, IcebergTables
 from snapshotter.sinks.spark.latest import quote, reduce_latest
@@ -150,6 +155,10 @@ class TableMeta:
     buckets: int | None = None
     compacted_truncate: str | None = None
     pending: dict[str, Any] | None = None
+    # columns added, dropped or widened at the source while streaming, oldest first
+    # (``formats.schema_changes``); parquet: a rewrite of the files in a new schema begun
+    schema_changes: list[dict[str, Any]] = field(default_factory=list)
+    rewrite_pending: bool = False
 
     @property
     def covered(self) -> int | None:
@@ -190,6 +199,7 @@ class Lander:
         iceberg: IcebergPolicy | None = None,
         catalog: str | None = None,
         buckets: int = 0,
+        schema_changes: schemas.Mode = "evolve",
     ) -> None:
         self.spark = spark
         self.root = root.rstrip("/")
@@ -197,6 +207,7 @@ class Lander:
         self.compact_ratio = compact_ratio
         self.compact_min_rows = compact_min_rows
         self.buckets = buckets  # parquet: a new base's bucket count (0: from its size)
+        self.schema_changes = schema_changes  # [sink] schema_changes
         self._fs, self._fs_root = pafs.FileSystem.from_uri(self.root)
         self._metas: dict[TableId, TableMeta] = {}
         # Tables whose compaction waits (the sink: while they are being snapshotted, so a
@@ -210,6 +221,7 @@ class Lander:
         if fmt == "iceberg":
             self._iceberg = IcebergTables(spark, self.root, iceberg or IcebergPolicy())
         self._delta = DeltaTables(spark, catalog) if fmt == "delta" else None
+        self.parquet_schemas = schemas.ParquetSchemas(self._fs)
 
     @property
     def iceberg(self) -> IcebergTables:
@@ -344,6 +356,7 @@ class Lander:
         for column in _unavailable_columns(staged):
             if column not in meta.unavailable_columns:
                 meta.unavailable_columns.append(column)
+        target = schemas.before_landing(self, table, meta, parts)
         appended = 0  # rows that went straight into the base (parquet)
         if self._iceberg is not None:
             appended, usable = self._iceberg.land(
@@ -365,7 +378,7 @@ class Lander:
             if not usable:
                 self._known.pop(table, None)
         else:
-            appended = self._land_parquet(table, meta, parts, lo)
+            appended = self._land_parquet(table, meta, parts, lo, target)
         failpoint("spark.land")
         meta.landed_through = max(meta.landed_through, hi)
         meta.tail_rows += sum(s.rows for s in staged) - appended
@@ -425,7 +438,12 @@ class Lander:
         return done
 
     def _land_parquet(
-        self, table: TableId, meta: TableMeta, parts: Sequence[tuple[int, StagedTable]], lo: int
+        self,
+        table: TableId,
+        meta: TableMeta,
+        parts: Sequence[tuple[int, StagedTable]],
+        lo: int,
+        target: pa.Schema | None,
     ) -> int:
         """Each batch's rows into its changelog file ``batch-<N>.parquet``, replacing what a
         landing of the same batch wrote before (so landing again changes nothing); READ rows
@@ -453,6 +471,7 @@ class Lander:
                 whole = False
                 continue
             rows = pq.read_table(part.file)
+            rows = rows if target is None else schemas.conform(rows, target)
             parquet_changelog.replace(self._fs, self._fs_path(table, "changelog"), seq, rows)
             known = self._known.get(table)
             plan = None if known is None else known.plan(rows)

@@ -58,15 +58,19 @@ from snapshotter.core.window import ReadBatch, StagedReadBatch
 from snapshotter.sinks.base import Ack, SinkItem
 from snapshotter.sinks.spark.formats.delta import DeltaCatalogError
 from snapshotter.sinks.spark.formats.iceberg import IcebergError, IcebergPolicy
+from snapshotter.sinks.spark.formats.schema_changes import SchemaChangeRefused
+from snapshotter.sinks.spark.formats.staged import SchemaChangeError
 from snapshotter.sinks.spark.lander import Landed, Lander, LandingError, landed_tables
 from snapshotter.sinks.spark.remote_reads import write_remote_reads
 from snapshotter.sinks.spark.staging import StagedBatch, StagingArea
 from snapshotter.sinks.spark.start import SparkStartError, shown
 from snapshotter.sinks.spark.types import (
-    events_to_landed,
+    ValuesDoNotFit,
     landed_schema,
-    read_batch_to_landed,
+    missing_columns,
+    pieces_to_landed,
     read_batch_unknown_columns,
+    strict_values,
     unknown_columns,
 )
 from snapshotter.sources.base import TableSchema
@@ -130,6 +134,9 @@ class SparkSink:
         self._format = fmt
         self._lander: Lander | None = None
         self._schemas: dict[TableId, TableSchema] = {}
+        # Per table the columns its log rows lacked though described again (partial row
+        # images): not taken for a dropped column again.
+        self._partial: dict[TableId, set[str]] = {}
         self._pending: dict[TableId, list[Piece]] = {}
         self._seq = 0
         self._checkpoint_id = 0
@@ -182,6 +189,7 @@ class SparkSink:
                 compact_min_rows=sink.compact_min_rows,
                 buckets=sink.buckets,
                 catalog=sink.catalog,
+                schema_changes=sink.schema_changes,
                 iceberg=IcebergPolicy(
                     catalog=sink.catalog,
                     maintenance_interval_s=sink.maintenance_interval_s,
@@ -347,8 +355,14 @@ class SparkSink:
 
     def _schema(self, table: TableId, pieces: Sequence[Piece]) -> TableSchema:
         schema = self._schemas.get(table)
-        if schema is None or _unknown_columns(schema, pieces):
+        if (
+            schema is None
+            or _unknown_columns(schema, pieces)
+            or missing_columns(schema, pieces) - self._partial.get(table, set())
+        ):
+            # A column added (or dropped) at the source since: describe the table again.
             schema = self._schemas[table] = self._describe(table)
+            self._partial[table] = missing_columns(schema, pieces)
             extra = _unknown_columns(schema, pieces)
             if extra:
                 log.warning(
@@ -398,13 +412,15 @@ class SparkSink:
             if not keys:
                 raise SparkSinkError(f"no key columns known for {table}: cannot land it")
             schema = self._schema(table, pieces)
-            parts = [
-                read_batch_to_landed(schema, piece, seq)
-                if isinstance(piece, ReadBatch)
-                else events_to_landed(schema, keys, piece, seq)
-                for piece in pieces
-                if not isinstance(piece, StagedReadBatch)
-            ]
+            try:
+                with strict_values():
+                    parts = pieces_to_landed(schema, keys, pieces, seq)
+            except ValuesDoNotFit:
+                # A value past its column's type: the column may have been widened at the
+                # source since the table was described (a schema change while streaming);
+                # if not, such values land as NULL, as always (said in the log).
+                schema = self._schemas[table] = self._describe(table)
+                parts = pieces_to_landed(schema, keys, pieces, seq)
             remote = [piece for piece in pieces if isinstance(piece, StagedReadBatch)]
             if remote:
                 # Rows read on executors: Spark applies the windows' drops where they are and
@@ -481,7 +497,7 @@ class SparkSink:
             try:
                 landed = self._lander.land(batches)
                 break
-            except LandingError as exc:
+            except (LandingError, SchemaChangeRefused, SchemaChangeError) as exc:
                 raise SparkSinkError(f"landing failed: {exc}") from exc
             except Exception as exc:
                 if is_disk_full(exc) or "No space left on device" in _first_line(exc):

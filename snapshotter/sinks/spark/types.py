@@ -42,7 +42,9 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -52,7 +54,7 @@ import pyarrow.compute as pc
 
 from snapshotter.core.events import ChangeEvent, Op
 from snapshotter.core.values import UNAVAILABLE_VALUE, RawJson
-from snapshotter.core.window import ReadBatch
+from snapshotter.core.window import ReadBatch, StagedReadBatch
 from snapshotter.sources.base import ColumnInfo, TableSchema
 
 log = logging.getLogger(__name__)
@@ -90,6 +92,30 @@ _NUMERIC = re.compile(r"^numeric\((\d+)(?:,\s*(\d+))?\)$")
 
 class LandingTypeError(ValueError):
     """Values that do not fit the table's landed types; the message names table and column."""
+
+
+class ValuesDoNotFit(LandingTypeError):
+    """Under ``strict_values``: values that would land as NULL, as they do not fit their
+    column's type (the column may have been widened at the source since it was described)."""
+
+
+_STRICT: ContextVar[bool] = ContextVar("strict_values", default=False)
+
+
+@contextmanager
+def strict_values() -> Iterator[None]:
+    """Values that do not fit their column raise ``ValuesDoNotFit`` instead of landing as
+    NULL (the sink then describes the table again, and converts with its new types)."""
+    token = _STRICT.set(True)
+    try:
+        yield
+    finally:
+        _STRICT.reset(token)
+
+
+def _unfit(table: str, column: str) -> None:
+    if _STRICT.get():
+        raise ValuesDoNotFit(f"{table}: values of column {column!r} do not fit its type")
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +245,7 @@ def _source_array(table: str, column: LandedColumn, values: list[Any]) -> pa.Arr
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
             fitted.append(None)
             bad.append(value)
+    _unfit(table, column.name)
     log.warning(
         "%s: %d value(s) of column %r do not fit its type %s (e.g. %.40r) and land as NULL",
         table,
@@ -254,6 +281,7 @@ def _landed_array(table: str, column: LandedColumn, array: pa.Array) -> pa.Array
             out.append(None)
             bad += 1
     if bad:
+        _unfit(table, column.name)
         log.warning(
             "%s: %d value(s) of column %r do not fit its landed type %s (e.g. numeric NaN) "
             "and land as NULL; the changelog keeps the same NULL",
@@ -350,6 +378,37 @@ def unknown_columns(schema: TableSchema, events: Iterable[ChangeEvent]) -> set[s
             if row is not None and (len(row) > count or not known.issuperset(row)):
                 unknown.update(c for c in row if c not in known)
     return unknown
+
+
+Pieces = Sequence[list[ChangeEvent] | ReadBatch | StagedReadBatch]
+
+
+def missing_columns(schema: TableSchema, pieces: Pieces) -> set[str]:
+    """Columns of the catalog that the pieces' log rows after an event lack (a column
+    dropped since the table was described, or a partial row image; READ batches have them
+    all): one length check per row."""
+    count = len(schema.column_names)
+    missing: set[str] = set()
+    for piece in pieces:
+        if isinstance(piece, (ReadBatch, StagedReadBatch)):
+            continue
+        for event in piece:
+            if event.after is not None and len(event.after) < count:
+                missing.update(c for c in schema.column_names if c not in event.after)
+    return missing
+
+
+def pieces_to_landed(
+    schema: TableSchema, keys: Sequence[str], pieces: Pieces, seq: int
+) -> list[pa.Table]:
+    """The pieces read on this process (not on executors) as landed rows."""
+    return [
+        read_batch_to_landed(schema, piece, seq)
+        if isinstance(piece, ReadBatch)
+        else events_to_landed(schema, keys, piece, seq)
+        for piece in pieces
+        if not isinstance(piece, StagedReadBatch)
+    ]
 
 
 def _is_placeholder(value: Any) -> bool:

@@ -31,10 +31,12 @@ from typing import TYPE_CHECKING
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from snapshotter.sinks.spark.formats.delta_arrow import append, replace_batches
 from snapshotter.sinks.spark.formats.merge import latest_changes
 from snapshotter.sinks.spark.formats.split import is_split, split_appends
+from snapshotter.sinks.spark.formats.staged import read_staged, widened, with_dropped
 from snapshotter.sinks.spark.formats.staged_arrow import local_path, read_arrow
 from snapshotter.sinks.spark.latest import quote
 from snapshotter.sinks.spark.types import BATCH, BEFORE, POS
@@ -95,6 +97,28 @@ class DeltaTables:
         found = DeltaTable.forPath(self.spark, path).detail().collect()[0]["properties"]
         return dict(found)
 
+    def schema(self, path: str) -> StructType | None:
+        """The schema of the Delta table at ``path`` (None: there is none)."""
+        if not self._is_delta(path):
+            return None
+        return self.spark.read.format("delta").load(path).schema
+
+    def widen(self, base: str, staged: StructType) -> None:
+        """The table's two Delta tables rewritten with the columns ``staged`` widens (a
+        column widened at the source: int to bigint, a decimal's precision raised), once.
+        Not Delta's type widening feature: delta-rs (``deltalake``) refuses to read a table
+        that has it."""
+        for part in ("changelog", "current"):
+            path = f"{base}/{part}"
+            if self._is_delta(path):
+                rows = widened(self.spark.read.format("delta").load(path), staged)
+                (
+                    rows.write.format("delta")
+                    .mode("overwrite")
+                    .option("overwriteSchema", "true")
+                    .save(path)
+                )
+
     def fresh(self, base: str) -> bool:
         """Whether the current-state table does not exist (appends may start it)."""
         return not self._is_delta(f"{base}/current")
@@ -113,7 +137,7 @@ class DeltaTables:
         """Land batches ``lo..hi`` of the table at ``base``. Returns the rows appended with
         no merge, and whether ``known`` may still be used for the next landing."""
         files = [str(s.file) for _, s in parts]
-        batch = self.spark.read.option("mergeSchema", "true").parquet(*files)
+        batch = read_staged(self.spark, files)  # a column widened between them: read wide
         changelog = f"{base}/changelog"
         rows_in = read_arrow(files) if local_path(changelog) is not None else None
         if rows_in is not None and not self._is_delta(changelog):
@@ -145,9 +169,10 @@ class DeltaTables:
 
                 DeltaTable.forPath(self.spark, current).delete(F.col(POS) < F.lit(truncated_at))
             if merged:
-                changes = self.spark.read.option("mergeSchema", "true").parquet(
-                    *[str(p) for p in merged]
-                )
+                changes = read_staged(self.spark, [str(p) for p in merged])
+                # A column dropped at the source: NULL in the rows it updates, as in those
+                # it inserts (not the value from before the drop).
+                changes = with_dropped(changes, self.schema(current))
                 self._merge(current, meta, changes, truncated_at)
         finally:
             for path in (*appended, *merged):
@@ -166,8 +191,7 @@ class DeltaTables:
         if rows is not None and append(current, rows, app_id, hi):
             return
         (
-            self.spark.read.option("mergeSchema", "true")
-            .parquet(*[str(p) for p in files])
+            read_staged(self.spark, [str(p) for p in files])  # a column widened: read wide
             .drop(BEFORE)  # a changelog column: not in the current state
             .write.format("delta")
             .mode("append")

@@ -93,3 +93,36 @@ def read_staged(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
         union = cast if union is None else union.unionByName(cast, allowMissingColumns=True)
     assert union is not None
     return union
+
+
+def with_dropped(rows: DataFrame, table: StructType | None) -> DataFrame:
+    """``rows`` with the ``table``'s top-level columns it lacks (a column dropped at the
+    source, kept in the landed table) as NULLs of the table's type: so a MERGE sets them NULL
+    in the rows it updates too, not only in those it inserts."""
+    if table is None:
+        return rows
+    have = set(rows.columns)
+    missing = [f for f in table.fields if f.name not in have]
+    return rows.select("*", *[F.lit(None).cast(f.dataType).alias(f.name) for f in missing])
+
+
+def widened(rows: DataFrame, staged: StructType) -> DataFrame:
+    """``rows`` (a landed table's) with each column that ``staged`` has wider cast to it; so
+    too a struct's fields (a before-image)."""
+    wide = {f.name: f.dataType for f in staged.fields}
+    columns = []
+    for field in rows.schema.fields:
+        column, want = F.col(quote(field.name)), wide.get(field.name)
+        if isinstance(field.dataType, StructType) and isinstance(want, StructType):
+            inner = {f.name: f.dataType for f in want.fields}
+            parts = [
+                column.getField(f.name).cast(inner[f.name]).alias(f.name)
+                if f.name in inner and widens(f.dataType, inner[f.name])
+                else column.getField(f.name).alias(f.name)
+                for f in field.dataType.fields
+            ]
+            column = F.when(column.isNull(), None).otherwise(F.struct(*parts))
+        elif want is not None and widens(field.dataType, want):
+            column = column.cast(want)
+        columns.append(column.alias(field.name))
+    return rows.select(*columns)
