@@ -34,7 +34,9 @@ _ALL = [
 ]
 # CI: under the random writer every format on PostgreSQL and Parquet on MariaDB; the
 # scripted changes on MariaDB into Iceberg (the rest with the full matrix).
-_CASES = _matrix(_ALL, {"postgres-parquet", "postgres-delta", "postgres-iceberg", "mysql-parquet"})
+# CI: Delta by the scripted changes below (its MERGE per landing makes the random writer
+# case the slowest of CI); every pair with the full matrix.
+_CASES = _matrix(_ALL, {"postgres-parquet", "postgres-iceberg", "mysql-parquet"})
 _DDL = {
     "postgres": (
         "CREATE TABLE {t} (id int PRIMARY KEY, qty int, price numeric(10, 2), name text); "
@@ -57,7 +59,7 @@ def _capture(request: pytest.FixtureRequest, database: str, fmt: str, **kw: Any)
     return factory(chunk_size=20, sink="spark", sink_format=fmt, **kw)
 
 
-@pytest.mark.parametrize(("database", "fmt"), _matrix(_ALL, {"mysql-iceberg"}))
+@pytest.mark.parametrize(("database", "fmt"), _matrix(_ALL, {"mysql-iceberg", "postgres-delta"}))
 def test_a_column_added_widened_and_dropped_while_streaming(
     request: pytest.FixtureRequest, database: str, fmt: str
 ) -> None:

@@ -79,7 +79,14 @@ def columns_of(schema: StructType) -> dict[str, DataType]:
 
 def arrow_columns(schema: pa.Schema) -> dict[str, DataType]:
     """``columns_of`` for an Arrow schema (a staged file's, a Parquet changelog file's)."""
-    return {f.name: from_arrow_type(f.type) for f in schema if f.name not in RESERVED_COLUMNS}
+    return {f.name: spark_type(f.type) for f in schema if f.name not in RESERVED_COLUMNS}
+
+
+def spark_type(arrow: pa.DataType) -> DataType:
+    """The Spark type Spark reads a staged Parquet column of type ``arrow`` as: a timestamp
+    without a time zone is TIMESTAMP_NTZ (``from_arrow_type``'s default says TIMESTAMP, which
+    made every tz-naive column look changed against the landed table)."""
+    return from_arrow_type(arrow, prefer_timestamp_ntz=True)
 
 
 def dropped(meta: TableMeta) -> set[str]:
@@ -186,7 +193,7 @@ def unified(landed: pa.Schema, staged: pa.Schema) -> pa.Schema:
 def _unified_type(have: pa.DataType, staged: pa.DataType) -> pa.DataType:
     if pa.types.is_struct(have) and pa.types.is_struct(staged):
         return pa.struct(list(unified(pa.schema(list(have)), pa.schema(list(staged)))))
-    if widens(from_arrow_type(have), from_arrow_type(staged)):
+    if widens(spark_type(have), spark_type(staged)):
         return staged
     return have  # narrower at the source than landed: kept wide (cast on the way in)
 
