@@ -33,6 +33,22 @@ def _sql_string(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def _quiet_catalog_lookup(spark: SparkSession) -> None:
+    """``add_files`` first tries the ``parquet`` of `` `parquet`.`<dir>` `` as a catalog name,
+    and Iceberg's Spark3Util logs that miss as a WARN with a 20-line stack trace at every
+    append; the user's log gets none of it (errors still show)."""
+    try:
+        jvm = spark._jvm
+        if jvm is None:
+            return
+        level = jvm.org.apache.logging.log4j.Level.ERROR
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+            "org.apache.iceberg.spark.Spark3Util", level
+        )
+    except Exception:  # no JVM here (Spark Connect): nothing to quiet
+        return
+
+
 class FileAppender:
     """Appends by ``add_files`` into the tables of one Iceberg catalog."""
 
@@ -40,6 +56,7 @@ class FileAppender:
         self.spark = spark
         self.catalog = catalog
         self._locations: dict[str, str | None] = {}  # table name: its local directory
+        _quiet_catalog_lookup(spark)
 
     def _location(self, name: str) -> str | None:
         if name not in self._locations:
