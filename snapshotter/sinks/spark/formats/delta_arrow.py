@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from snapshotter.sinks.spark.formats.staged_arrow import local_path
+from snapshotter.sinks.spark.formats.staged_arrow import as_schema, local_path
 from snapshotter.sinks.spark.types import BATCH
 
 
@@ -37,14 +37,7 @@ def _as_table_has_it(path: str, rows: pa.Table) -> pa.Table | None:
     differ or a type does not cast exactly."""
     from deltalake import DeltaTable
 
-    have = pa.schema(DeltaTable(path).schema().to_arrow())
-    if set(have.names) != set(rows.column_names) or len(have.names) != rows.num_columns:
-        return None
-    ordered = rows.select(have.names)
-    try:
-        return ordered.cast(have, safe=True)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
-        return None
+    return as_schema(rows, pa.schema(DeltaTable(path).schema().to_arrow()))
 
 
 def append(location: str, rows: pa.Table, app_id: str, version: int) -> bool:

@@ -20,12 +20,11 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from snapshotter.sinks.spark.formats.staged_arrow import local_path, read_arrow
+from snapshotter.sinks.spark.formats.staged_arrow import as_schema, local_path, read_arrow
 from snapshotter.sinks.spark.latest import quote
 
 
@@ -74,12 +73,8 @@ class FileAppender:
         rows = read_arrow(files, drop)
         if rows is None:
             return False
-        columns = to_arrow_schema(self.spark.table(name).schema)
-        if sorted(columns.names) != sorted(rows.column_names):
-            return False
-        try:
-            rows = rows.select(columns.names).cast(columns, safe=True)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
+        rows = as_schema(rows, to_arrow_schema(self.spark.table(name).schema))
+        if rows is None:
             return False
         # A directory of its own per append: add_files registers every file of the
         # directory it is given.

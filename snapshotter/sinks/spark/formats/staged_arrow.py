@@ -36,3 +36,14 @@ def read_arrow(files: Sequence[Path | str], drop: Sequence[str] = ()) -> pa.Tabl
     rows = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
     gone = [c for c in drop if c in rows.column_names]
     return rows.drop_columns(gone) if gone else rows
+
+
+def as_schema(rows: pa.Table, schema: pa.Schema) -> pa.Table | None:
+    """``rows`` in ``schema``'s column order and types, or None when the column names differ
+    or a value does not cast exactly (the caller then writes with Spark, which evolves)."""
+    if sorted(schema.names) != sorted(rows.column_names):
+        return None
+    try:
+        return rows.select(schema.names).cast(schema, safe=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
+        return None
