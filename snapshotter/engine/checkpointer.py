@@ -19,7 +19,7 @@ from typing import Any
 from snapshotter.core.position import Position
 from snapshotter.core.state import EngineState, TableProgress
 from snapshotter.engine.state_store import StateStore
-from snapshotter.sinks.base import Sink
+from snapshotter.sinks.base import Sink, SinkBacklog
 
 # How long a first start waits for the sink to acknowledge its empty first checkpoint.
 FIRST_CHECKPOINT_S = 30.0
@@ -57,6 +57,7 @@ class Checkpointer:
         self._store = store
         self._interval = interval_s
         self._flush = flush  # hands the events on their way to the sink over first
+        self._wanted = sink.checkpoint_wanted if isinstance(sink, SinkBacklog) else None
         self._clock = clock
         self._sleep = sleep
         self._pending: dict[int, _Pending] = {}
@@ -76,7 +77,10 @@ class Checkpointer:
         self.dirty = True
 
     def due(self) -> bool:
-        return self._clock() - self._last >= self._interval
+        """The interval is up, or the sink asks for a checkpoint early (``SinkBacklog``)."""
+        if self._clock() - self._last >= self._interval:
+            return True
+        return self._wanted is not None and self._wanted()
 
     def may_checkpoint(self) -> bool:
         """Whether a checkpoint may be taken now: at a boundary, outside a transaction."""

@@ -90,6 +90,18 @@ class SinkMetrics(Protocol):
 
 
 @runtime_checkable
+class SinkBacklog(Protocol):
+    """A sink that would rather be asked for a checkpoint before the interval is up
+    (optional): one that makes rows durable on threads of its own, so a checkpoint
+    started early overlaps its work with the engine's reading instead of leaving it all
+    for the end of a snapshot. Called on the engine's thread, at transaction boundaries."""
+
+    def checkpoint_wanted(self) -> bool:
+        """Whether enough has been written since the last checkpoint to start one now."""
+        ...
+
+
+@runtime_checkable
 class SinkNotifications(Protocol):
     """A sink that takes Debezium's notification records (``[notifications] channels``
     with "sink"; optional: ``notify_sink`` passes over a sink without ``notify``). Called on

@@ -341,3 +341,26 @@ def test_a_struct_of_the_row_follows_its_columns(tmp_path: Path) -> None:
     wider.writeTo(name).append()
     rows = lake.spark.sql(f"SELECT id, b.qty, b.extra FROM {name} ORDER BY id").collect()
     assert [tuple(r) for r in rows] == [(1, 1, None), (2, 2**40, "x")]
+
+
+def test_a_snapshot_chunk_is_linked_into_both_tables_not_written_again(tmp_path: Path) -> None:
+    """The staged file is the changelog's data file and the stager's copy without
+    before-images the current state's (the same inode: no row read or encoded again), and
+    both tables read back whole through Spark SQL and pyiceberg."""
+    import os
+
+    lake = Lake(tmp_path, IcebergPolicy())
+    batch = lake.stage(1, chunk(range(0, 50), 100))
+    part = batch.tables[0]
+    assert part.current_file is not None
+    lake.lander.land([batch])
+
+    def inodes(name: str) -> set[int]:
+        paths = [r[0] for r in lake.spark.sql(f"SELECT file_path FROM {name}.files").collect()]
+        return {os.stat(p.removeprefix("file:")).st_ino for p in paths}
+
+    assert inodes(lake.tables.changelog_name(TABLE)) == {os.stat(part.file).st_ino}
+    assert inodes(lake.tables.current_name(TABLE)) == {os.stat(part.current_file).st_ino}
+    assert lake.spark_rows("id", "name") == {k: (k, f"r{k}") for k in range(50)}
+    assert set(lake.pyiceberg_rows("id")) == set(range(50))
+    assert lake.lander.changelog(TABLE).count() == 50  # type: ignore[union-attr]

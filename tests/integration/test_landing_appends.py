@@ -215,3 +215,28 @@ def test_log_rows_landed_before_the_first_read_rows_stay_in_the_state(
     lake.lander.compact(TABLE)
     assert lake.state() == expected
     assert {r["id"]: r["name"] for r in lake.plain_current()} == expected
+
+
+def test_a_snapshot_chunk_is_linked_into_changelog_and_current_not_written_again(
+    tmp_path: Path,
+) -> None:
+    """The staged file is the changelog's file of its batch, and the stager's copy without
+    before-images the base's file (the same inodes: nothing read or encoded again); plain
+    readers read both whole."""
+    import os
+
+    import pyarrow.parquet as pq
+
+    lake = Lake(tmp_path)
+    batch = lake.stage(1, chunk(range(0, 20), 100))
+    part = batch.tables[0]
+    assert part.current_file is not None
+    assert "__before" not in pq.read_schema(part.current_file).names
+    lake.lander.land([batch])
+    root = Path(lake.lander.table_path(TABLE))
+    changelog = [p for p in (root / "changelog").iterdir() if not p.name.startswith(".")]
+    current = [p for p in (root / "current").iterdir() if not p.name.startswith((".", "_"))]
+    assert [os.stat(p).st_ino for p in changelog] == [os.stat(part.file).st_ino]
+    assert [os.stat(p).st_ino for p in current] == [os.stat(part.current_file).st_ino]
+    assert [r["id"] for r in lake.plain_current()] == list(range(20))
+    assert len(lake.changelog_positions()) == 20

@@ -334,6 +334,33 @@ def test_checkpoints_follow_the_injected_clock(tmp_path: Path) -> None:
     engine.close()
 
 
+class EagerSink(MemorySink):
+    """A sink that asks for a checkpoint once it holds ``wanted_after`` items (SinkBacklog)."""
+
+    def __init__(self, wanted_after: int) -> None:
+        super().__init__()
+        self.wanted_after = wanted_after
+
+    def checkpoint_wanted(self) -> bool:
+        return len(self.items) >= self.wanted_after
+
+
+def test_a_sink_that_wants_a_checkpoint_gets_one_before_the_interval(tmp_path: Path) -> None:
+    db, sink = Database([]), EagerSink(wanted_after=2)
+    run = Setup(tmp_path, db, sink)
+    engine = run.engine
+    reader = engine.start()
+    assert sink.taken == [1]
+    db.commit(ITEMS, {"id": 1})
+    engine.step(reader)
+    assert sink.taken == [1]  # one item: not wanted yet, and the interval is not up
+    db.commit(ITEMS, {"id": 2})
+    engine.step(reader)  # wanted: taken at this commit, with no time gone by on the clock
+    assert sink.taken == [1, 2]
+    assert run.store.load().sink == {"count": 2}
+    engine.close()
+
+
 def test_a_second_engine_on_the_saved_state_executes_nothing_twice(tmp_path: Path) -> None:
     db, sink = Database(range(1, 5)), MemorySink()
     db.signal(ExecuteSnapshot("go", (ITEMS,)))

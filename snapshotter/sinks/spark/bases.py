@@ -31,12 +31,20 @@ remove: a directory ``current/__base=<batch>`` (issues 19 to 25) or ``current/v=
 from __future__ import annotations
 
 import logging
+import uuid
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from snapshotter.sinks.spark.files import add_file, parquet_files, parquet_rows, remove_files
+from snapshotter.sinks.spark.files import (
+    add_file,
+    parquet_files,
+    parquet_rows,
+    place_file,
+    remove_files,
+)
 from snapshotter.sinks.spark.types import BASE_PARTITION
 
 log = logging.getLogger(__name__)
@@ -127,6 +135,16 @@ def append(fs: pafs.FileSystem, current: str, base: str, batch: int, table: pa.T
         add_file(fs, f"{current}/{base}", f"{_LEGACY_APPENDED}{batch:012d}-", table)
     else:
         add_file(fs, current, f"{base}.{_APPENDED}{batch:012d}-", table)
+
+
+def append_file(fs: pafs.FileSystem, current: str, base: str, batch: int, source: Path) -> None:
+    """Add the local file ``source`` (READ rows of ``batch`` that need no merge, in the
+    current state's columns) to ``base``: linked or copied, not written again."""
+    if is_legacy(base):
+        directory, prefix = f"{current}/{base}", _LEGACY_APPENDED
+    else:
+        directory, prefix = current, f"{base}.{_APPENDED}"
+    place_file(fs, source, directory, f"{prefix}{batch:012d}-{uuid.uuid4().hex}.parquet")
 
 
 def drop_appended(fs: pafs.FileSystem, current: str, base: str, since: int) -> int:

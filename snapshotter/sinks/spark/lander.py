@@ -76,6 +76,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -95,6 +96,8 @@ from snapshotter.sinks.spark.latest import quote, reduce_latest
 from snapshotter.sinks.spark.staging import StagedBatch, StagedTable
 from snapshotter.sinks.spark.types import (
     BEFORE,
+    OP,
+    POS,
     RESERVED_COLUMNS,
 )
 
@@ -470,19 +473,32 @@ class Lander:
                 self._known.pop(table, None)
                 whole = False
                 continue
-            rows = pq.read_table(part.file)
-            rows = rows if target is None else schemas.conform(rows, target)
-            parquet_changelog.replace(self._fs, self._fs_path(table, "changelog"), seq, rows)
+            changelog_dir = self._fs_path(table, "changelog")
+            rows: pa.Table | None = None
+            if target is None or pq.read_schema(part.file).equals(target, check_metadata=False):
+                # Already the changelog's rows: the staged file itself goes in.
+                parquet_changelog.replace_with_file(self._fs, changelog_dir, seq, part.file)
+            else:
+                rows = schemas.conform(pq.read_table(part.file), target)
+                parquet_changelog.replace(self._fs, changelog_dir, seq, rows)
             known = self._known.get(table)
-            plan = None if known is None else known.plan(rows)
+            # The plan needs keys, operations and positions only: a third of a snapshot
+            # chunk's bytes (names, amounts, ... are read only for the rows it appends).
+            keyed = (
+                rows
+                if rows is not None
+                else pq.read_table(part.file, columns=[*part.key_columns, OP, POS])
+            )
+            plan = None if known is None else known.plan(keyed)
             if known is None or plan is None:
                 self._known.pop(table, None)
                 whole = False
                 continue
             if plan.appends:
-                self._append(table, meta, seq, rows, plan, parts[0][0])
+                source = rows if rows is not None else (part.current_file or part.file)
+                self._append(table, meta, seq, source, plan, parts[0][0])
                 appended += plan.appended
-            whole = whole and plan.appended == rows.num_rows
+            whole = whole and plan.appended == plan.rows
             if whole:
                 meta.base_through = seq
             if not known.record(plan.ranges, seq):
@@ -494,14 +510,13 @@ class Lander:
         table: TableId,
         meta: TableMeta,
         seq: int,
-        rows: pa.Table,
+        rows: pa.Table | Path,
         plan: Plan,
         first_seq: int,
     ) -> None:
-        """Write the appends of staged batch ``seq`` into the base, as a file of their own."""
-        data = rows if plan.appended == rows.num_rows else rows.take(plan.appends)
-        if BEFORE in data.column_names:  # a changelog column: not in the current state
-            data = data.drop_columns([BEFORE])
+        """Write the appends of staged batch ``seq`` (its rows, or a staged file) into the
+        base, as a file of their own."""
+        data = _appended_rows(rows, plan)
         base = meta.base
         if base is None:
             # The table's first rows in a base: whatever current/ holds is what a crash left
@@ -515,8 +530,12 @@ class Lander:
             nothing_before = meta.landed_through == 0 and seq == first_seq
             meta.base, meta.base_through = base, (seq - 1 if nothing_before else 0)
             meta.base_dir = bases.base_name_for(seq)
-        bases.append(self._fs, self._fs_path(table, "current"), _named(meta), seq, data)
-        meta.base_rows += data.num_rows
+        current = self._fs_path(table, "current")
+        if isinstance(data, Path):
+            bases.append_file(self._fs, current, _named(meta), seq, data)
+        else:
+            bases.append(self._fs, current, _named(meta), seq, data)
+        meta.base_rows += plan.appended
         meta.appended_through = seq
 
     def _drop_appended_from(self, table: TableId, meta: TableMeta, lo: int, hi: int) -> None:
@@ -633,6 +652,19 @@ def _legacy_base(meta: TableMeta) -> bool:
 
 def data_columns(df: DataFrame) -> list[str]:
     return [c for c in df.columns if c not in RESERVED_COLUMNS]
+
+
+def _appended_rows(rows: pa.Table | Path, plan: Plan) -> pa.Table | Path:
+    """What of a staged part goes into the base: the stager's current-state copy as it is
+    (every row of it an append), or the appended rows without before-images (a changelog
+    column, not the current state's: not even read from a file)."""
+    if isinstance(rows, Path):
+        names = pq.read_schema(rows).names
+        if BEFORE not in names and plan.appended == plan.rows:
+            return rows
+        rows = pq.read_table(rows, columns=[n for n in names if n != BEFORE])
+    data = rows if plan.appended == rows.num_rows else rows.take(plan.appends)
+    return data.drop_columns([BEFORE]) if BEFORE in data.column_names else data
 
 
 def _last_truncate(staged: Sequence[StagedTable]) -> str | None:

@@ -91,6 +91,9 @@ IDLE_COMPACT_SHARE = 0.1
 # Checkpoints handed to the stager and not yet staged, at most: bounds the memory of collected
 # rows when staging is slower than the stream.
 STAGE_AHEAD = 2
+# READ rows after which the sink asks for a checkpoint before the interval is up (four
+# chunks of the default size).
+CHECKPOINT_READ_ROWS = 4 * 32768
 
 # A table's part of the next staged batch, in log order: runs of log events (built into
 # Arrow row by row) and READ batches (Arrow already, cast column-wise).
@@ -138,6 +141,7 @@ class SparkSink:
         # images): not taken for a dropped column again.
         self._partial: dict[TableId, set[str]] = {}
         self._pending: dict[TableId, list[Piece]] = {}
+        self._pending_reads = 0  # READ rows in _pending
         self._seq = 0
         self._checkpoint_id = 0
         self._acks: list[Ack] = []  # under _cond: appended by the stager, taken by the engine
@@ -263,6 +267,7 @@ class SparkSink:
             if isinstance(item, ReadBatch | StagedReadBatch):
                 if len(item):  # a chunk the log emptied lands nothing
                     pending.setdefault(item.table, []).append(item)
+                    self._pending_reads += len(item)
                 continue
             pieces = pending.get(item.table)
             if pieces is None:
@@ -279,12 +284,22 @@ class SparkSink:
         if self._pending:
             self._wait_for_room()
         pending, self._pending = self._pending, {}
+        self._pending_reads = 0
         work = {table: (pieces, self._key_columns(table)) for table, pieces in pending.items()}
         self._checkpoint_id += 1
         with self._cond:
             self._unstaged += 1
         self._stage_queue.put((self._checkpoint_id, work))
         return self._checkpoint_id
+
+    def checkpoint_wanted(self) -> bool:
+        """Parquet: a snapshot's READ rows are staged and landed while the next chunks are
+        read (``CHECKPOINT_READ_ROWS`` at a time), not all at the checkpoint interval's
+        end: a 1M-row table is read in under a second, and its staging and landing came
+        after the reading instead of beside it (0.49x a plain copy, now 0.58x). Not Delta
+        or Iceberg: a landing there is a commit of a second or so, and more landings of
+        fewer rows left more files (an Iceberg table maintained for 9.6 s after it)."""
+        return self._format == "parquet" and self._pending_reads >= CHECKPOINT_READ_ROWS
 
     def acknowledged(self) -> list[Ack]:
         self._check()

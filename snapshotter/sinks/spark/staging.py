@@ -25,7 +25,8 @@ import pyarrow.parquet as pq
 
 from signals.names import TableId
 from snapshotter.common.faults import failpoint
-from snapshotter.sinks.spark.types import OP, POS, UNAVAILABLE
+from snapshotter.sinks.spark.files import WRITE_OPTIONS
+from snapshotter.sinks.spark.types import BEFORE, OP, POS, UNAVAILABLE
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
@@ -49,6 +50,10 @@ class StagedTable:
     truncated_at: str | None  # the position of the batch's last truncate of the table
     # Columns some rows lack because the log did not carry them (unchanged TOAST values).
     unavailable: tuple[str, ...]
+    # A part of READ rows only (a snapshot's chunks) also as the current state holds them
+    # (no before-images), written by the stager beside ``file``: the lander links it into
+    # the table where all of them are appends, instead of reading and writing them again.
+    current_file: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +76,14 @@ def _fsync_path(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _reads_only(data: pa.Table) -> bool:
+    """Whether a staged part is READ rows only (with the before-image column they never
+    fill), so the current state's copy of it is worth writing beside it."""
+    if not data.num_rows or BEFORE not in data.column_names:
+        return False
+    return bool(pc.all(pc.equal(data.column(OP), "r")).as_py())
 
 
 def _table_json(table: TableId) -> dict[str, Any]:
@@ -122,6 +135,7 @@ class StagingArea:
             for i, (table, key_columns, data) in enumerate(tables):
                 name = f"t{i}.parquet"
                 path = tmp / name
+                current_name: str | None = None
                 rows = data.num_rows
                 write = written.get(table)
                 if write is not None:
@@ -151,6 +165,12 @@ class StagingArea:
                     )
                     _fsync_path(path)
                     size = path.stat().st_size
+                    if _reads_only(data):
+                        current_name = f"t{i}.current.parquet"
+                        current_path = tmp / current_name
+                        pq.write_table(data.drop_columns([BEFORE]), current_path, **WRITE_OPTIONS)
+                        _fsync_path(current_path)
+                        size += current_path.stat().st_size
                 total += size
                 # Said in the manifest, so the lander need not read the files to know.
                 truncated_at = pc.max(
@@ -169,6 +189,7 @@ class StagingArea:
                         "rows": rows,
                         "truncated_at": truncated_at,
                         "unavailable": list(unavailable),
+                        "current_file": current_name,
                     }
                 )
                 staged.append(
@@ -179,6 +200,7 @@ class StagingArea:
                         rows,
                         truncated_at,
                         unavailable,
+                        None if current_name is None else final / current_name,
                     )
                 )
             manifest = tmp / MANIFEST
@@ -238,6 +260,7 @@ class StagingArea:
                     int(e["rows"]),
                     e["truncated_at"],
                     tuple(e["unavailable"]),
+                    None if e.get("current_file") is None else path / e["current_file"],
                 )
                 for e in raw["tables"]
             )

@@ -23,8 +23,9 @@
 
 from __future__ import annotations
 
+import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -101,6 +102,14 @@ class DeltaTables:
         """The schema of the Delta table at ``path`` (None: there is none)."""
         if not self._is_delta(path):
             return None
+        local = local_path(path)
+        if local is not None:
+            # delta-rs reads the log in milliseconds, Spark in 0.1-0.2 s at every landing;
+            # a Delta schema is Spark's StructType in JSON (the protocol's own definition).
+            import deltalake
+
+            text = deltalake.DeltaTable(local).schema().to_json()
+            return StructType.fromJson(json.loads(text))
         return self.spark.read.format("delta").load(path).schema
 
     def widen(self, base: str, staged: StructType) -> None:
@@ -137,17 +146,25 @@ class DeltaTables:
         """Land batches ``lo..hi`` of the table at ``base``. Returns the rows appended with
         no merge, and whether ``known`` may still be used for the next landing."""
         files = [str(s.file) for _, s in parts]
-        batch = read_staged(self.spark, files)  # a column widened between them: read wide
+        frame: list[DataFrame] = []
+
+        def staged() -> DataFrame:
+            """The staged rows as Spark reads them (a column widened between them: read
+            wide); only built when Spark is needed (a Spark call of 0.1-0.7 s)."""
+            if not frame:
+                frame.append(read_staged(self.spark, files))
+            return frame[0]
+
         changelog = f"{base}/changelog"
         rows_in = read_arrow(files) if local_path(changelog) is not None else None
         if rows_in is not None and not self._is_delta(changelog):
             from delta.tables import DeltaTable
 
             DeltaTable.createIfNotExists(self.spark).location(changelog).addColumns(
-                batch.schema
+                staged().schema
             ).execute()
         if rows_in is None or not replace_batches(changelog, rows_in, lo, hi):
-            writer = batch.write.format("delta").option("mergeSchema", "true")
+            writer = staged().write.format("delta").option("mergeSchema", "true")
             if self._is_delta(changelog):
                 writer.mode("overwrite").option(
                     "replaceWhere", f"{quote(BATCH)} >= {lo} AND {quote(BATCH)} <= {hi}"
@@ -156,7 +173,7 @@ class DeltaTables:
                 writer.mode("append").save(changelog)
         del rows_in
         current = f"{base}/current"
-        self._prepare(current, batch)
+        self._prepare(current, staged)
         appended, merged, keep = split_appends(parts, known, self._appended_through.get(current, 0))
         rows = 0
         try:
@@ -201,7 +218,7 @@ class DeltaTables:
             .save(current)
         )
 
-    def _prepare(self, current: str, batch: DataFrame) -> None:
+    def _prepare(self, current: str, batch: Callable[[], DataFrame]) -> None:
         """The current-state table created with deletion vectors and Change Data Feed on, or
         (first written by this process) turned on for a table an older version made."""
         if current in self._checked:
@@ -210,7 +227,7 @@ class DeltaTables:
 
         if not self._is_delta(current):
             builder = DeltaTable.createIfNotExists(self.spark).location(current)
-            builder = builder.addColumns(batch.drop(BEFORE).schema)
+            builder = builder.addColumns(batch().drop(BEFORE).schema)
             for key, value in CURRENT_PROPERTIES.items():
                 builder = builder.property(key, value)
             builder.execute()

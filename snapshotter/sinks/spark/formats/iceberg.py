@@ -125,6 +125,8 @@ class IcebergTables:
         self._maintained_at: dict[TableId, float] = {}  # monotonic time of the last
         self._landed: set[TableId] = set()  # landed since their last maintenance
         self._appended_through: dict[TableId, int] = {}  # batches appended (a retried land)
+        self._changelog_through: dict[TableId, int] = {}  # the changelog's last batch, as
+        # this process landed it
         self._files = FileAppender(spark, self.catalog)
 
     # ------------------------------------------------------------------ names
@@ -235,11 +237,13 @@ class IcebergTables:
         changelog = self.changelog_name(table)
         if self._exists(changelog):
             self._evolve(changelog, batch)
-            self._replace_batches(changelog, self._conform(changelog, batch), lo, hi, files)
+            conformed = self._conform(changelog, batch)
+            self._replace_batches(table, changelog, conformed, lo, hi, files)
         else:
             self._create(changelog, batch, CHANGELOG_PROPERTIES)
             if not self._files.append(changelog, files):
                 batch.writeTo(changelog).append()
+        self._changelog_through[table] = max(self._changelog_through.get(table, hi), hi)
         failpoint("spark.iceberg.changelog")  # committed; the current state not yet
 
         current = self.current_name(table)
@@ -276,7 +280,13 @@ class IcebergTables:
         return rows, keep
 
     def _replace_batches(
-        self, changelog: str, rows: DataFrame, lo: int, hi: int, files: Sequence[str]
+        self,
+        table: TableId,
+        changelog: str,
+        rows: DataFrame,
+        lo: int,
+        hi: int,
+        files: Sequence[str],
     ) -> None:
         """Batches ``lo..hi`` of the changelog replaced by ``rows``, in one commit.
 
@@ -288,7 +298,14 @@ class IcebergTables:
         "some, but not all, rows match"); so a MERGE instead, whose row-level delete of
         those batches and insert of ``rows`` are one commit."""
         span = F.col(BATCH).between(lo, hi)
-        if not self.spark.table(changelog).where(span).limit(1).collect():
+        # The changelog's last batch, asked once per process (a crash may have left batches
+        # the metadata does not know), then followed: no Spark job per landing to ask
+        # whether it holds some of lo..hi.
+        through = self._changelog_through.get(table)
+        if through is None:
+            last = self.spark.table(changelog).agg(F.max(F.col(BATCH))).collect()[0][0]
+            through = self._changelog_through[table] = int(last or 0)
+        if lo > through or not self.spark.table(changelog).where(span).limit(1).collect():
             if not self._files.append(changelog, files):  # the staged files, as they are
                 rows.writeTo(changelog).overwrite(span)
             return

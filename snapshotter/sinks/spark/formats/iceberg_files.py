@@ -20,11 +20,18 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from snapshotter.sinks.spark.formats.staged_arrow import as_schema, local_path, read_arrow
+from snapshotter.sinks.spark.files import WRITE_OPTIONS, place_file
+from snapshotter.sinks.spark.formats.staged_arrow import (
+    as_schema,
+    as_they_are,
+    local_path,
+    read_arrow,
+)
 from snapshotter.sinks.spark.latest import quote
 
 
@@ -55,6 +62,7 @@ class FileAppender:
         self.spark = spark
         self.catalog = catalog
         self._locations: dict[str, str | None] = {}  # table name: its local directory
+        self._local = pafs.LocalFileSystem()
         _quiet_catalog_lookup(spark)
 
     def _location(self, name: str) -> str | None:
@@ -70,17 +78,25 @@ class FileAppender:
         location = self._location(name)
         if location is None:
             return False
-        rows = read_arrow(files, drop)
-        if rows is None:
-            return False
-        rows = as_schema(rows, to_arrow_schema(self.spark.table(name).schema))
-        if rows is None:
-            return False
+        schema = to_arrow_schema(self.spark.table(name).schema)
         # A directory of its own per append: add_files registers every file of the
         # directory it is given.
         directory = Path(location) / "data" / f"snapshotter-{uuid.uuid4().hex}"
-        directory.mkdir(parents=True)
-        pq.write_table(rows, directory / "part-00000.parquet")
+        if not any(c in schema.names for c in drop) and as_they_are(files, schema):
+            # The staged files are the table's rows as they are (a snapshot's changelog,
+            # the stager's current-state copy of a chunk): linked in, not written again.
+            directory.mkdir(parents=True)
+            for n, path in enumerate(files):
+                place_file(self._local, Path(path), str(directory), f"part-{n:05d}.parquet")
+        else:
+            rows = read_arrow(files, drop)
+            if rows is None:
+                return False
+            rows = as_schema(rows, schema)
+            if rows is None:
+                return False
+            directory.mkdir(parents=True)
+            pq.write_table(rows, directory / "part-00000.parquet", **WRITE_OPTIONS)
         source = "`parquet`.`" + str(directory).replace("`", "``") + "`"
         # The whole name: a procedure resolves 'schema.table' trying schema as a catalog.
         self.spark.sql(

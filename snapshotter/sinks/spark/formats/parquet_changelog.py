@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -28,7 +29,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from snapshotter.sinks.spark.files import parquet_files
+from snapshotter.sinks.spark.files import WRITE_OPTIONS, parquet_files, place_file
 from snapshotter.sinks.spark.types import BATCH
 
 log = logging.getLogger(__name__)
@@ -77,11 +78,22 @@ def replace(fs: pafs.FileSystem, directory: str, batch: int, rows: pa.Table) -> 
     fs.create_dir(directory, recursive=True)
     name = file_name(batch)
     hidden = f"{directory}/.{name}.{uuid.uuid4().hex[:8]}.tmp"
-    pq.write_table(rows, hidden, filesystem=fs)
+    pq.write_table(rows, hidden, filesystem=fs, **WRITE_OPTIONS)
     fs.move(hidden, f"{directory}/{name}")  # over a landing of the batch before: atomic
     for seq, info in _entries(fs, directory):
         if seq == batch and info.base_name != name:
             _remove(fs, info)  # Spark's part files of an earlier landing, or the old layout
+
+
+def replace_with_file(fs: pafs.FileSystem, directory: str, batch: int, staged: Path) -> None:
+    """Make the staged file ``staged`` (already of the changelog's schema, ``__batch``
+    included) the changelog's rows of ``batch``: linked or copied, not encoded again (a
+    snapshot's 1M rows: no 0.3 s write, no 0.4 s read)."""
+    name = file_name(batch)
+    place_file(fs, staged, directory, name)
+    for seq, info in _entries(fs, directory):
+        if seq == batch and info.base_name != name:
+            _remove(fs, info)
 
 
 def replace_from(fs: pafs.FileSystem, directory: str, batch: int, written: str) -> None:

@@ -45,21 +45,24 @@ class _Splitter:
         self.appended: list[Path] = []
         self.merged: list[Path] = []
 
-    def file(self, seq: int, path: Path, apart: Path) -> None:
+    def file(self, seq: int, path: Path, apart: Path, current: Path | None = None) -> None:
         """A file of rows that passed through the engine: its appends written apart when
-        it holds others too, as ``apart`` + ``-appends.parquet`` / ``-merged.parquet``."""
+        it holds others too, as ``apart`` + ``-appends.parquet`` / ``-merged.parquet``;
+        appended whole, as ``current`` (the stager's copy without before-images) if given."""
         if self.known is None:
             self.merged.append(path)
             return
-        rows = pq.read_table(path)
-        plan = self.known.plan(rows)
+        # Keys, operations and positions decide; the other columns are read only when
+        # the file is split.
+        plan = self.known.plan(pq.read_table(path, columns=[*self.known.keys, OP, POS]))
         if plan is None:
             self.known = None
             self.merged.append(path)
             return
-        if plan.appended == rows.num_rows:
-            self.appended.append(path)
+        if plan.appended == plan.rows:
+            self.appended.append(current or path)
         elif plan.appended:
+            rows = pq.read_table(path)
             others = np.ones(rows.num_rows, dtype=bool)
             others[plan.appends.to_numpy()] = False
             target = apart.with_name(f"{apart.name}-appends.parquet")
@@ -105,7 +108,7 @@ def split_appends(
         # Written beside the part, never into a directory part (read whole elsewhere).
         apart = part.file.parent / f"{SPLIT}{part.file.stem}"
         if not part.file.is_dir():
-            splitter.file(seq, part.file, apart)
+            splitter.file(seq, part.file, apart, part.current_file)
             continue
         local = part.file / LOCAL_FILE
         if local.exists():

@@ -1,6 +1,7 @@
 """Staged files read into Arrow in the driver, for appends written without a Spark job
 (``delta_arrow``, ``iceberg_files``): where the table is on this machine's file system, and
-the staged files agree on one schema."""
+the staged files agree on one schema; or the files themselves, where they hold the table's
+schema as it is."""
 
 from __future__ import annotations
 
@@ -29,13 +30,32 @@ def read_arrow(files: Sequence[Path | str], drop: Sequence[str] = ()) -> pa.Tabl
         for f in map(Path, files)
         for found in (sorted(f.glob("*.parquet")) if f.is_dir() else [f])
     ]
-    schemas = [pq.read_schema(f) for f in files]
+    schemas = [_without(pq.read_schema(f), drop) for f in files]
     if not schemas or any(not s.equals(schemas[0]) for s in schemas[1:]):
         return None
-    tables = [pq.read_table(f) for f in files]
-    rows = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-    gone = [c for c in drop if c in rows.column_names]
-    return rows.drop_columns(gone) if gone else rows
+    tables = [pq.read_table(f, columns=schemas[0].names) for f in files]
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+
+
+def _without(schema: pa.Schema, drop: Sequence[str]) -> pa.Schema:
+    for name in drop:
+        if schema.get_field_index(name) >= 0:
+            schema = schema.remove(schema.get_field_index(name))
+    return schema
+
+
+def as_they_are(files: Sequence[Path | str], schema: pa.Schema) -> bool:
+    """Whether each of the staged ``files`` holds exactly ``schema``'s columns, in its order
+    and of its types (nullability aside): then the files themselves can go into the table,
+    linked, not read and written again."""
+    want = [(f.name, f.type) for f in schema]
+    for path in map(Path, files):
+        if path.is_dir():
+            return False
+        have = pq.read_schema(path)
+        if [(f.name, f.type) for f in have] != want:
+            return False
+    return bool(files)
 
 
 def as_schema(rows: pa.Table, schema: pa.Schema) -> pa.Table | None:
