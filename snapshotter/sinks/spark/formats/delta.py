@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
@@ -35,7 +35,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from snapshotter.sinks.spark.formats.delta_arrow import append, replace_batches
-from snapshotter.sinks.spark.formats.merge import latest_changes
+from snapshotter.sinks.spark.formats.merge import key_bounds, latest_changes
 from snapshotter.sinks.spark.formats.split import is_split, split_appends
 from snapshotter.sinks.spark.formats.staged import read_staged, widened, with_dropped
 from snapshotter.sinks.spark.formats.staged_arrow import local_path, read_arrow
@@ -190,7 +190,8 @@ class DeltaTables:
                 # A column dropped at the source: NULL in the rows it updates, as in those
                 # it inserts (not the value from before the drop).
                 changes = with_dropped(changes, self.schema(current))
-                self._merge(current, meta, changes, truncated_at)
+                bounds = key_bounds(merged, meta.key_columns)
+                self._merge(current, meta, changes, truncated_at, bounds)
         finally:
             for path in (*appended, *merged):
                 if is_split(path):
@@ -240,11 +241,16 @@ class DeltaTables:
         self._checked.add(current)
 
     def _merge(
-        self, current: str, meta: TableMeta, batch: DataFrame, truncated_at: str | None
+        self,
+        current: str,
+        meta: TableMeta,
+        batch: DataFrame,
+        truncated_at: str | None,
+        bounds: Mapping[str, tuple[Any, Any]],
     ) -> None:
         from delta.tables import DeltaTable
 
-        changes, clauses = latest_changes(batch, meta, truncated_at)
+        changes, clauses = latest_changes(batch, meta, truncated_at, bounds=bounds)
         (
             DeltaTable.forPath(self.spark, current)
             .alias("t")

@@ -31,11 +31,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
@@ -45,7 +45,7 @@ from pyspark.sql.types import DataType, StructType
 from snapshotter.common.faults import failpoint
 from snapshotter.sinks.spark.appends import KnownKeys
 from snapshotter.sinks.spark.formats.iceberg_files import FileAppender
-from snapshotter.sinks.spark.formats.merge import latest_changes
+from snapshotter.sinks.spark.formats.merge import key_bounds, latest_changes
 from snapshotter.sinks.spark.formats.split import is_split, split_appends
 from snapshotter.sinks.spark.formats.staged import read_staged, widens
 from snapshotter.sinks.spark.latest import quote
@@ -74,7 +74,12 @@ _SOURCE = "`__snapshotter_s`"  # the batch's side of a MERGE
 # once the policy's share of its rows is deleted (``delete-ratio-threshold``: its deletion
 # vector folded in). Not on any delete (``delete-file-threshold`` 1): 10,000 changes spread
 # over a 4M-row table would rewrite every file of it at every maintenance.
-REWRITE_OPTIONS = {"min-input-files": "5"}
+# A file is small below 16 MB (Iceberg's default: 75% of the 512 MB target): a snapshot's
+# files (one per staged batch, tens of MB, linked as staged) are no small files to rewrite;
+# the small ones are a log batch's merge output. (At 384 MB, a 4M-row snapshot's files were
+# all rewritten by the maintenance right after it: 32 s.)
+SMALL_FILE_BYTES = 16 * 1024 * 1024
+REWRITE_OPTIONS = {"min-input-files": "5", "min-file-size-bytes": str(SMALL_FILE_BYTES)}
 
 
 @dataclass(frozen=True)
@@ -271,7 +276,8 @@ class IcebergTables:
                 changes = read_staged(self.spark, [str(p) for p in merged])
                 # A column dropped at the source: NULL in the rows it updates, as in those
                 # it inserts (not the value from before the drop).
-                self._merge(current, meta, self._conform(current, changes), truncated_at)
+                bounds = key_bounds(merged, meta.key_columns)
+                self._merge(current, meta, self._conform(current, changes), truncated_at, bounds)
         finally:
             for path in (*appended, *merged):
                 if is_split(path):
@@ -320,9 +326,16 @@ class IcebergTables:
         )
 
     def _merge(
-        self, current: str, meta: TableMeta, batch: DataFrame, truncated_at: str | None
+        self,
+        current: str,
+        meta: TableMeta,
+        batch: DataFrame,
+        truncated_at: str | None,
+        bounds: Mapping[str, tuple[Any, Any]],
     ) -> None:
-        changes, clauses = latest_changes(batch, meta, truncated_at, target=current, source=_SOURCE)
+        changes, clauses = latest_changes(
+            batch, meta, truncated_at, target=current, source=_SOURCE, bounds=bounds
+        )
         (
             changes.alias(_SOURCE.strip("`"))
             .mergeInto(current, clauses.on)
@@ -382,11 +395,12 @@ class IcebergTables:
         log.info("%s: Iceberg tables maintained in %.1f s", table, time.monotonic() - started)
 
     def _files_and_snapshots(self, name: str) -> tuple[int, int, int]:
-        """The table's data files, delete files and snapshots, from its metadata tables: a
+        """The table's small data files, delete files and snapshots, from its metadata tables: a
         procedure with nothing to do still plans for seconds (a first snapshot's tables,
         two or three large files and as many snapshots, were "maintained" in 1-3 s)."""
         counts = self.spark.sql(
-            f"SELECT (SELECT count(*) FROM {name}.files WHERE content = 0), "
+            f"SELECT (SELECT count(*) FROM {name}.files WHERE content = 0 "
+            f"AND file_size_in_bytes < {SMALL_FILE_BYTES}), "
             f"(SELECT count(*) FROM {name}.files WHERE content <> 0), "
             f"(SELECT count(*) FROM {name}.snapshots)"
         ).first()

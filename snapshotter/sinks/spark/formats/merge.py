@@ -11,10 +11,14 @@ deleted in the batch before its latest event (the target's row is then of anothe
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -42,10 +46,12 @@ def position_merge(
     *,
     target: str = "t",
     source: str = "s",
+    bounds: Mapping[str, tuple[Any, Any]] | None = None,
 ) -> MergeClauses:
     """The clauses for landed ``columns`` (the batch's, without ``RESTARTED``) keyed by
     ``keys``; ``unavailable_columns``: those ever landed unavailable for the table.
-    ``target`` and ``source``: how the merge names the two sides (already quoted)."""
+    ``target`` and ``source``: how the merge names the two sides (already quoted).
+    ``bounds``: per key column, the lowest and highest value the batch has (``key_bounds``)."""
 
     def _t(column: str) -> Column:
         return F.col(f"{target}.{quote(column)}")
@@ -54,6 +60,10 @@ def position_merge(
         return F.col(f"{source}.{quote(column)}")
 
     on = all_of([_t(k) == _s(k) for k in keys])
+    for key, (low, high) in (bounds or {}).items():
+        # On the target alone: Delta and Iceberg skip the files whose statistics for the
+        # key lie outside the batch's keys (changes to recent keys read recent files only).
+        on = on & _t(key).between(F.lit(low), F.lit(high))
     newer = _t(POS) < _s(POS)
     is_delete = _s(OP) == "d"
     restarted = _s(RESTARTED)
@@ -81,6 +91,28 @@ def position_merge(
     )
 
 
+def key_bounds(files: Sequence[Path], keys: Sequence[str]) -> dict[str, tuple[Any, Any]]:
+    """Per key column of an integer, string or date type, the lowest and highest value in the
+    staged ``files`` (read from their key columns alone): a match lies within them. Other
+    types are left out (a timestamp or decimal literal compares by Spark's casts, which need
+    not be the column's own order)."""
+    if not files or any(f.is_dir() for f in files):
+        return {}
+    tables = [pq.read_table(f, columns=list(keys)) for f in files]
+    rows = tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="default")
+    bounds: dict[str, tuple[Any, Any]] = {}
+    for key in keys:
+        column = rows.column(key)
+        kind = column.type
+        if not (pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_date32(kind)):
+            continue
+        found = pc.min_max(column)
+        low, high = found["min"].as_py(), found["max"].as_py()
+        if low is not None and high is not None:
+            bounds[key] = (low, high)
+    return bounds
+
+
 def latest_changes(
     batch: DataFrame,
     meta: TableMeta,
@@ -88,6 +120,7 @@ def latest_changes(
     *,
     target: str = "t",
     source: str = "s",
+    bounds: Mapping[str, tuple[Any, Any]] | None = None,
 ) -> tuple[DataFrame, MergeClauses]:
     """A landing's rows as a MERGE's source (per key the latest event, deletes kept) and the
     clauses that merge it into the current state (Delta's and Iceberg's)."""
@@ -101,6 +134,11 @@ def latest_changes(
     )
     columns = [c for c in changes.columns if c != RESTARTED]
     clauses = position_merge(
-        meta.key_columns, columns, meta.unavailable_columns, target=target, source=source
+        meta.key_columns,
+        columns,
+        meta.unavailable_columns,
+        target=target,
+        source=source,
+        bounds=bounds,
     )
     return changes, clauses

@@ -1,0 +1,38 @@
+"""``merge.key_bounds``: the per-key-column range a MERGE's target side is narrowed to (so
+Delta and Iceberg skip files by their statistics), only for types whose literal compares as
+the column does, and never narrower than the batch's keys."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from snapshotter.sinks.spark.formats.merge import key_bounds
+
+
+def _file(path: Path, rows: dict[str, pa.Array]) -> Path:
+    pq.write_table(pa.table(rows), path)
+    return path
+
+
+def test_bounds_span_every_file_and_skip_nulls_and_unsafe_types(tmp_path: Path) -> None:
+    ts = pa.array([datetime(2024, 1, 1, tzinfo=UTC), None], pa.timestamp("us", tz="UTC"))
+    first = _file(
+        tmp_path / "a.parquet",
+        {"tenant": pa.array([3, None], pa.int32()), "code": pa.array(["m", "b"]), "at": ts},
+    )
+    second = _file(
+        tmp_path / "b.parquet",
+        {"tenant": pa.array([7, 1], pa.int32()), "code": pa.array(["z", "c"]), "at": ts},
+    )
+    bounds = key_bounds([first, second], ["tenant", "code", "at"])
+    assert bounds == {"tenant": (1, 7), "code": ("b", "z")}  # no timestamp literal
+
+
+def test_no_bounds_without_files_or_for_a_directory_part(tmp_path: Path) -> None:
+    assert key_bounds([], ["id"]) == {}
+    (tmp_path / "part").mkdir()
+    assert key_bounds([tmp_path / "part"], ["id"]) == {}
