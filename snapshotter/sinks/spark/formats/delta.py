@@ -35,6 +35,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from snapshotter.sinks.spark.formats.delta_arrow import append, replace_batches
+from snapshotter.sinks.spark.formats.delta_links import append_files, last_batch
 from snapshotter.sinks.spark.formats.merge import key_bounds, latest_changes
 from snapshotter.sinks.spark.formats.split import is_split, split_appends
 from snapshotter.sinks.spark.formats.staged import read_staged, widened, with_dropped
@@ -75,6 +76,7 @@ class DeltaTables:
             )
         self._run = uuid.uuid4().hex  # this process's landings (txnAppId)
         self._appended_through: dict[str, int] = {}  # per current table: batches appended
+        self._changelog_through: dict[str, int] = {}  # per changelog: its last batch
         self._checked: set[str] = set()  # current tables whose properties were looked at
         self._registered: set[TableId] = set()  # in the catalog, by this process
 
@@ -156,22 +158,24 @@ class DeltaTables:
             return frame[0]
 
         changelog = f"{base}/changelog"
-        rows_in = read_arrow(files) if local_path(changelog) is not None else None
-        if rows_in is not None and not self._is_delta(changelog):
+        local = local_path(changelog) is not None
+        if local and not self._is_delta(changelog):
             from delta.tables import DeltaTable
 
             DeltaTable.createIfNotExists(self.spark).location(changelog).addColumns(
                 staged().schema
             ).execute()
-        if rows_in is None or not replace_batches(changelog, rows_in, lo, hi):
-            writer = staged().write.format("delta").option("mergeSchema", "true")
-            if self._is_delta(changelog):
-                writer.mode("overwrite").option(
-                    "replaceWhere", f"{quote(BATCH)} >= {lo} AND {quote(BATCH)} <= {hi}"
-                ).save(changelog)
-            else:
-                writer.mode("append").save(changelog)
-        del rows_in
+        if not self._link_changelog(changelog, files, lo, hi):
+            rows_in = read_arrow(files) if local else None
+            if rows_in is None or not replace_batches(changelog, rows_in, lo, hi):
+                writer = staged().write.format("delta").option("mergeSchema", "true")
+                if self._is_delta(changelog):
+                    writer.mode("overwrite").option(
+                        "replaceWhere", f"{quote(BATCH)} >= {lo} AND {quote(BATCH)} <= {hi}"
+                    ).save(changelog)
+                else:
+                    writer.mode("append").save(changelog)
+            del rows_in
         current = f"{base}/current"
         self._prepare(current, staged)
         appended, merged, keep = split_appends(parts, known, self._appended_through.get(current, 0))
@@ -201,10 +205,28 @@ class DeltaTables:
             self._registered.add(table)
         return rows, keep
 
+    def _link_changelog(self, changelog: str, files: Sequence[str], lo: int, hi: int) -> bool:
+        """Batches ``lo..hi`` added to the changelog as their staged files (``delta_links``)
+        where it holds none of them: its last batch, from its files' statistics once per
+        process, then followed. False: not done (the caller replaces them by predicate)."""
+        through = self._changelog_through.pop(changelog, None)
+        if through is None:
+            through = last_batch(changelog)
+        if through is None or lo <= through:
+            return False
+        app_id = f"snapshotter-{self._run}-{changelog}"
+        if not append_files(changelog, [Path(f) for f in files], app_id, hi):
+            return False
+        self._changelog_through[changelog] = hi
+        return True
+
     def _append(self, current: str, files: Sequence[Path], hi: int) -> None:
-        """READ rows of new keys appended (by delta-rs when it can: ``delta_arrow``), as
+        """READ rows of new keys appended (the files themselves where they hold the table's
+        schema: ``delta_links``; else by delta-rs when it can: ``delta_arrow``), as
         transaction ``hi`` of this process's landings of the table."""
         app_id = f"snapshotter-{self._run}-{current}"
+        if append_files(current, files, app_id, hi):
+            return
         rows = read_arrow(files, drop=[BEFORE]) if local_path(current) is not None else None
         if rows is not None and append(current, rows, app_id, hi):
             return
