@@ -12,10 +12,12 @@ Connect):
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -135,14 +137,21 @@ def _current_commits(cap: Capture, table: str) -> list[tuple[str, int]]:
             f"SELECT operation, summary FROM {name}.snapshots ORDER BY committed_at"
         ).collect()
         return [(r["operation"], int(r["summary"].get("added-records", 0))) for r in found]
-    path = f"{lander.table_path(cap.table_id(table))}/current"
-    found = lander.spark.sql(f"DESCRIBE HISTORY delta.`{path}`").orderBy("version").collect()
-    metrics: list[dict[str, Any]] = [r["operationMetrics"] or {} for r in found]
-    # Spark's writes say numOutputRows; delta-rs's (formats/delta_arrow) num_added_rows.
-    return [
-        (r["operation"], int(m.get("numOutputRows", m.get("num_added_rows", 0))))
-        for r, m in zip(found, metrics, strict=True)
-    ]
+    # Delta's log itself: per commit its operation and the rows of the files it adds (their
+    # statistics' numRecords). Not DESCRIBE HISTORY's metrics: a commit of files added as
+    # they are (formats/delta_links, a delta-rs transaction) carries none.
+    log = Path(lander.table_path(cap.table_id(table))) / "current" / "_delta_log"
+    commits = []
+    for entry in sorted(log.glob("*.json")):
+        operation, added = "", 0
+        for line in entry.read_text(encoding="utf-8").splitlines():
+            action: dict[str, Any] = json.loads(line)
+            if "commitInfo" in action:
+                operation = str(action["commitInfo"].get("operation", ""))
+            elif "add" in action and action["add"].get("dataChange", True):
+                added += int(json.loads(action["add"].get("stats") or "{}").get("numRecords", 0))
+        commits.append((operation, added))
+    return commits
 
 
 @pytest.mark.parametrize("source", ["postgres"], indirect=True)
