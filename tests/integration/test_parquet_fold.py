@@ -6,14 +6,21 @@ again, and updates lacking an unavailable (TOAST) column, in real Spark."""
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType
 
 from snapshotter.config import SparkConfig
-from snapshotter.sinks.spark.formats.parquet import _folded, merged
+from snapshotter.sinks.spark.formats import parquet_fold
+from snapshotter.sinks.spark.formats.parquet import BUCKET, _folded, bucket_of, merged
 from snapshotter.sinks.spark.lander import TableMeta
 from snapshotter.sinks.spark.session import spark_session
 from tests.integration.engine_harness import SPARK_MASTER
@@ -66,3 +73,71 @@ def test_folding_the_tail_in_by_keys_equals_reducing_every_row(seed: int) -> Non
     expected = state(merged(None, meta, [base, tail]))  # type: ignore[arg-type]
     assert len({(r[0], r[1]) for r in expected}) == len(expected)
     assert state(_folded(None, meta, base, tail)) == expected  # type: ignore[arg-type]
+
+
+class _Lander:
+    """What ``parquet_fold.write`` uses of a lander: its filesystem and Spark."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self._fs = pafs.LocalFileSystem()
+        self.spark = spark
+
+
+@pytest.mark.parametrize(("seed", "keys"), [(1, ["k1", "k2"]), (2, ["k1"]), (3, ["k1", "k2"])])
+def test_buckets_rewritten_by_pyarrow_hold_the_rows_of_reducing_every_row(
+    seed: int, keys: list[str], tmp_path: Path
+) -> None:
+    """Each touched bucket's new file (the base's rows of unchanged keys copied by pyarrow,
+    the changed keys' rows reduced by Spark) holds exactly that bucket's rows of ``merged``
+    of the base and the tail, in the bucket file's schema (metadata included); an untouched
+    bucket is not written."""
+    spark: SparkSession = spark_session(SparkConfig(master=SPARK_MASTER))
+    base_rows, tail_rows = _rows(seed)
+    count = 4
+    tail = spark.createDataFrame(tail_rows, ROWS)
+    meta = TableMeta("s", "t", "parquet", keys, unavailable_columns=["doc"])
+    meta.tail_rows, meta.buckets = len(tail_rows), count
+    base = spark.createDataFrame(base_rows, ROWS).withColumn(BUCKET, bucket_of(keys, count))
+    current = tmp_path / "current"
+    files: dict[int, str] = {}
+    for index in range(count):
+        part = base.where(F.col(BUCKET) == index).drop(BUCKET).toArrow()
+        schema = part.schema.with_metadata({b"origin": b"the bucket file"})
+        files[index] = str(current / f"base-1.bucket-{index:05d}.parquet")
+        current.mkdir(exist_ok=True)
+        pq.write_table(part.cast(schema), files[index])
+    changed = (
+        tail.where(F.col("__op") != "t")
+        .select(*keys)
+        .distinct()
+        .withColumn(BUCKET, bucket_of(keys, count))
+        .toArrow()
+    )
+    touched = sorted(set(changed.column(BUCKET).to_pylist()))
+    assert touched, "the tail touches no bucket"
+    if len(touched) == count:  # leave one bucket untouched, so the test sees it skipped
+        touched = touched[1:]
+        changed = changed.filter(pc.is_in(changed.column(BUCKET), pa.array(touched)))
+        tail = tail.join(spark.createDataFrame(changed.select(keys)), keys, "left_semi")
+    hidden = tmp_path / "current" / ".compacting-x"
+    parquet_fold.write(
+        _Lander(spark),  # type: ignore[arg-type]
+        meta,
+        {i: files[i] for i in touched},
+        changed,
+        tail,
+        (str(hidden), str(hidden)),
+        (BUCKET, count),
+    )
+    whole = spark.createDataFrame(base_rows, ROWS)
+    expected = merged(None, meta, [whole, tail]).withColumn(BUCKET, bucket_of(keys, count))  # type: ignore[arg-type]
+    written = sorted(p.name for p in hidden.iterdir())
+    assert written == [f"{BUCKET}={i}" for i in touched]
+    for index in touched:
+        [path] = list((hidden / f"{BUCKET}={index}").iterdir())
+        got = pq.read_table(path)
+        assert (got.schema.metadata or {}).get(b"origin") == b"the bucket file"
+        assert got.schema.remove_metadata() == pq.read_schema(files[index]).remove_metadata()
+        want = expected.where(F.col(BUCKET) == index).drop(BUCKET).collect()
+        rows = sorted((tuple(r.values()) for r in got.to_pylist()), key=repr)
+        assert rows == sorted((tuple(r[c] for c in ROWS.fieldNames()) for r in want), key=repr)

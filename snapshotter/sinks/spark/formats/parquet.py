@@ -12,7 +12,8 @@ table's life.
 A compaction reads the changelog tail, finds the buckets its keys fall in, and rewrites only
 those: per touched bucket, its file and its tail rows merged (``reduce_latest``: per key the
 highest ``__pos``, deletes dropped, unavailable TOAST values carried), applied only to the
-base rows of keys the tail has (``_folded``: the others are kept by an anti join).
+base rows of keys the tail has (``_folded``: the others are kept by an anti join; for a
+tail of up to ``BROADCAST_ROWS``, ``parquet_fold`` copies them with pyarrow instead).
 Untouched buckets are neither read nor written; but a key's bucket is a hash, so 10,000
 changed keys touch every bucket of a table of a few million rows, whichever keys they are:
 then a compaction rewrites the table (bench/landing_bench.py: docs/benchmarks.md).
@@ -62,7 +63,7 @@ from signals.names import TableId
 from snapshotter.common.faults import failpoint
 from snapshotter.sinks.spark import bases
 from snapshotter.sinks.spark.files import parquet_files
-from snapshotter.sinks.spark.formats import parquet_changelog
+from snapshotter.sinks.spark.formats import parquet_changelog, parquet_fold
 from snapshotter.sinks.spark.latest import all_of, quote, reduce_latest
 from snapshotter.sinks.spark.types import BATCH, BEFORE, OP
 
@@ -210,15 +211,22 @@ def compact(lander: Lander, table: TableId, meta: TableMeta) -> None:
     reason = _full_reason(lander, table, meta, rows, current)
     keys = meta.key_columns
     old = _base_name(meta)
+    changed: pa.Table | None = None  # the tail's keys, when pyarrow rewrites the buckets
+    state: DataFrame | None = None
     if reason is None:
         assert meta.buckets is not None and old is not None
         count, name = meta.buckets, old
         touched = []
         if rows is not None:
             keyed = rows.where(F.col(OP) != "t").withColumn(BUCKET, bucket_of(keys, count))
-            touched = sorted(int(r[0]) for r in keyed.select(BUCKET).distinct().collect())
-        names = [bucket_file_name(name, i) for i in touched]
-        state = _folded(lander, meta, base_rows(lander, table, names), rows)
+            if meta.tail_rows <= BROADCAST_ROWS:  # the changed keys, for pyarrow's filters
+                changed = keyed.select(*[quote(k) for k in keys], BUCKET).distinct().toArrow()
+                touched = sorted(set(changed.column(BUCKET).to_pylist()))
+            else:
+                touched = sorted(int(r[0]) for r in keyed.select(BUCKET).distinct().collect())
+        if changed is None:
+            names = [bucket_file_name(name, i) for i in touched]
+            state = _folded(lander, meta, base_rows(lander, table, names), rows)
     else:
         if meta.buckets is not None and old is not None and not bases.is_legacy(old):
             count, name = meta.buckets, old
@@ -235,10 +243,15 @@ def compact(lander: Lander, table: TableId, meta: TableMeta) -> None:
         else:  # one row per key in the base: a compaction's, or READ rows of new keys
             state = _folded(lander, meta, base, rows)
     hidden = f"{bases.WRITING}{name}-{uuid.uuid4().hex[:8]}"
-    # ``__batch`` bigint, as in the changelog (a base of an older layout had int).
-    state = state.withColumn(BATCH, F.col(BATCH).cast("long"))
-    state = state.withColumn(BUCKET, bucket_of(keys, count))
-    if touched:
+    if changed is not None and rows is not None and touched:
+        files = {i: f"{current}/{bucket_file_name(name, i)}" for i in touched}
+        where = (f"{path}/current/{hidden}", f"{current}/{hidden}")
+        parquet_fold.write(lander, meta, files, changed, rows, where, (BUCKET, count))
+    elif touched:
+        assert state is not None
+        # ``__batch`` bigint, as in the changelog (a base of an older layout had int).
+        state = state.withColumn(BATCH, F.col(BATCH).cast("long"))
+        state = state.withColumn(BUCKET, bucket_of(keys, count))
         written = state.repartition(len(touched), F.col(BUCKET))
         written.write.mode("overwrite").partitionBy(BUCKET).parquet(f"{path}/current/{hidden}")
         _fill_empty(lander, current, hidden, name, touched, state)
