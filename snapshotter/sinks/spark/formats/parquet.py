@@ -78,6 +78,10 @@ MAX_BUCKETS = 1 << 16
 # Reasons for a full compaction (``_full_reason``) that fold the base in row by row.
 TRUNCATED = "a truncate landed"
 KEY_TYPE_CHANGED = "a key column's type changed"
+NOT_BUCKETED = "the base is not bucketed yet"
+APPENDED = "READ rows were appended as files"
+# Full compactions whose files pyarrow can bucket (``parquet_fold.can_bucket`` says when).
+BY_ARROW = (NOT_BUCKETED, APPENDED)
 # Tails up to this many rows have their keys broadcast to the compaction's joins.
 BROADCAST_ROWS = 2_000_000
 _BUCKET_FILE = "bucket-"
@@ -172,20 +176,26 @@ def _folded(
     return kept.unionByName(latest, allowMissingColumns=True)
 
 
+def _changed_keys(rows: DataFrame, keys: list[str], count: int) -> pa.Table:
+    """The tail's distinct keys, each with its bucket (Spark's hash)."""
+    keyed = rows.where(F.col(OP) != "t").withColumn(BUCKET, bucket_of(keys, count))
+    return keyed.select(*[quote(k) for k in keys], BUCKET).distinct().toArrow()
+
+
 def _full_reason(
     lander: Lander, table: TableId, meta: TableMeta, rows: DataFrame | None, current: str
 ) -> str | None:
     """Why this compaction must write every bucket (None: only the touched ones)."""
     name = _base_name(meta)
     if meta.buckets is None or name is None or bases.is_legacy(name):
-        return "the base is not bucketed yet"
+        return NOT_BUCKETED
     if meta.truncated_at != meta.compacted_truncate:
         return TRUNCATED
     listed = {
         _leaf(p): _bucket_index(name, _leaf(p)) for p in bases.files(lander._fs, current, name)
     }
     if None in listed.values():
-        return "READ rows were appended as files"
+        return APPENDED
     if set(listed.values()) != set(range(meta.buckets)):
         return "bucket files are missing"
     if rows is None:
@@ -212,17 +222,19 @@ def compact(lander: Lander, table: TableId, meta: TableMeta) -> None:
     keys = meta.key_columns
     old = _base_name(meta)
     changed: pa.Table | None = None  # the tail's keys, when pyarrow rewrites the buckets
+    sources: list[tuple[str, int | None]] | None = None  # the files pyarrow rewrites
     state: DataFrame | None = None
     if reason is None:
         assert meta.buckets is not None and old is not None
         count, name = meta.buckets, old
         touched = []
         if rows is not None:
-            keyed = rows.where(F.col(OP) != "t").withColumn(BUCKET, bucket_of(keys, count))
             if meta.tail_rows <= BROADCAST_ROWS:  # the changed keys, for pyarrow's filters
-                changed = keyed.select(*[quote(k) for k in keys], BUCKET).distinct().toArrow()
+                changed = _changed_keys(rows, keys, count)
                 touched = sorted(set(changed.column(BUCKET).to_pylist()))
+                sources = [(f"{current}/{bucket_file_name(name, i)}", i) for i in touched]
             else:
+                keyed = rows.where(F.col(OP) != "t").withColumn(BUCKET, bucket_of(keys, count))
                 touched = sorted(int(r[0]) for r in keyed.select(BUCKET).distinct().collect())
         if changed is None:
             names = [bucket_file_name(name, i) for i in touched]
@@ -237,16 +249,22 @@ def compact(lander: Lander, table: TableId, meta: TableMeta) -> None:
                 name += f"-{uuid.uuid4().hex[:8]}"
         touched = list(range(count))
         existing = [] if old is None else _base_files(lander, current, old)
-        base = base_rows(lander, table, existing)
-        if reason in (TRUNCATED, KEY_TYPE_CHANGED):  # every base row to filter, or rehash
-            state = merged(lander, meta, [base, rows])
-        else:  # one row per key in the base: a compaction's, or READ rows of new keys
-            state = _folded(lander, meta, base, rows)
+        if reason in BY_ARROW and old is not None and not bases.is_legacy(old):
+            paths = [f"{current}/{n}" for n in existing]
+            if parquet_fold.can_bucket(lander._fs, paths, keys, rows, count, meta.tail_rows):
+                own = old == name
+                sources = [(p, _bucket_index(name, _leaf(p)) if own else None) for p in paths]
+                changed = _changed_keys(rows, keys, count) if rows is not None else None
+        if sources is None:
+            base = base_rows(lander, table, existing)
+            if reason in (TRUNCATED, KEY_TYPE_CHANGED):  # every base row to filter, or rehash
+                state = merged(lander, meta, [base, rows])
+            else:  # one row per key in the base: a compaction's, or READ rows of new keys
+                state = _folded(lander, meta, base, rows)
     hidden = f"{bases.WRITING}{name}-{uuid.uuid4().hex[:8]}"
-    if changed is not None and rows is not None and touched:
-        files = {i: f"{current}/{bucket_file_name(name, i)}" for i in touched}
+    if sources and touched:
         where = (f"{path}/current/{hidden}", f"{current}/{hidden}")
-        parquet_fold.write(lander, meta, files, changed, rows, where, (BUCKET, count))
+        parquet_fold.write(lander, meta, sources, touched, (changed, rows), where, (BUCKET, count))
     elif touched:
         assert state is not None
         # ``__batch`` bigint, as in the changelog (a base of an older layout had int).
