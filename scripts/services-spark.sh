@@ -140,6 +140,23 @@ stop it or set SNAPSHOTTER_CONNECT_PORT"
     # applications (the engine's own, in cluster mode).
     # Its driver is an application, not a daemon: SPARK_DAEMON_MEMORY must not size it (Spark
     # refuses a driver under 450 MB).
+    # Delta's and Iceberg's jars and SQL extensions, where scripts/spark-jars provisioned
+    # them: a Connect session cannot load jars or static settings itself, and the landing
+    # formats need both (MERGE INTO, Iceberg's procedures, Delta's catalog).
+    local formats=() formats_jars
+    formats_jars=$("$PYSPARK_PYTHON" - 2>/dev/null <<'PY' || true
+from snapshotter.sinks.spark.jars import delta_jars, iceberg_jars
+print(",".join(str(j) for j in delta_jars() + iceberg_jars()))
+PY
+)
+    if [ -n "$formats_jars" ]; then
+      formats=(--jars "$formats_jars"
+        --conf spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension,org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions
+        --conf spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog
+        --conf spark.databricks.delta.schema.autoMerge.enabled=true)
+    else
+      say "services: Delta's and Iceberg's jars are not provisioned (scripts/spark-jars): the Connect server lands Parquet only"
+    fi
     spark_start connect env -u SPARK_DAEMON_MEMORY "$home/bin/spark-submit" \
       --class org.apache.spark.sql.connect.service.SparkConnectServer \
       --name "snapshotter Spark Connect" --master "spark://127.0.0.1:$SP_PORT" \
@@ -156,6 +173,7 @@ stop it or set SNAPSHOTTER_CONNECT_PORT"
       --conf spark.dynamicAllocation.cachedExecutorIdleTimeout=30s \
       --conf spark.sql.session.timeZone=UTC \
       --conf "spark.pyspark.python=$PYSPARK_PYTHON" \
+      "${formats[@]}" \
       spark-internal
     spark_wait 90 "the Spark Connect server" 'port_taken "$SC_PORT"' connect
   fi

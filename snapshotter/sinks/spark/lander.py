@@ -223,6 +223,14 @@ class Lander:
         self._iceberg = None  # the iceberg format's tables (in a catalog)
         if fmt == "iceberg":
             self._iceberg = IcebergTables(spark, self.root, iceberg or IcebergPolicy())
+        if fmt == "delta" and type(spark).__module__.startswith("pyspark.sql.connect"):
+            # Delta's Python API (create, merge, delete) needs Delta's Connect server plugin,
+            # which Maven Central does not publish for Spark 4.1 (delta-connect-server: 404).
+            raise LandingError(
+                'format = "delta" cannot land through Spark Connect ([spark] remote): Delta\'s '
+                "Connect server plugin is not available for this Spark; use [spark] master (a "
+                'cluster or local mode), or format = "iceberg" or "parquet" with Connect'
+            )
         self._delta = DeltaTables(spark, catalog) if fmt == "delta" else None
         self.parquet_schemas = schemas.ParquetSchemas(self._fs)
 

@@ -205,7 +205,7 @@ def _connect(config: SparkConfig) -> SparkSession:
     """A Spark Connect session (``remote``). The server was started with its own jars and
     static settings: only session settings (``spark.sql.*``) can be given here, and Delta is
     there if the server loaded it."""
-    global _session, _with_delta, _where
+    global _session, _with_delta, _with_iceberg, _where
     from pyspark.sql import SparkSession
 
     remote = config.remote
