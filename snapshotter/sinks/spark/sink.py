@@ -61,7 +61,7 @@ from snapshotter.sinks.spark.formats.iceberg import IcebergError, IcebergPolicy
 from snapshotter.sinks.spark.formats.schema_changes import SchemaChangeRefused
 from snapshotter.sinks.spark.formats.staged import SchemaChangeError
 from snapshotter.sinks.spark.lander import Landed, Lander, LandingError, landed_tables
-from snapshotter.sinks.spark.remote_reads import write_remote_reads
+from snapshotter.sinks.spark.remote_reads import stage_remote_reads, write_remote_reads
 from snapshotter.sinks.spark.staging import StagedBatch, StagingArea
 from snapshotter.sinks.spark.start import SparkStartError, shown
 from snapshotter.sinks.spark.types import (
@@ -469,10 +469,11 @@ class SparkSink:
     def _write_remote(
         self, schema: TableSchema, batches: Sequence[StagedReadBatch], seq: int, target: str
     ) -> None:
-        if self._spark is None:
-            raise SparkSinkError("READ rows read on executors need the sink's Spark session")
         started = time.monotonic()
-        write_remote_reads(self._spark(), schema, batches, seq, target)
+        if not stage_remote_reads(schema, batches, seq, target):
+            if self._spark is None:
+                raise SparkSinkError("READ rows read on executors need the sink's Spark session")
+            write_remote_reads(self._spark(), schema, batches, seq, target)
         took = time.monotonic() - started
         log.debug("staged %d window(s) read on executors in %.2f s", len(batches), took)
         for batch in batches:  # staged now: the executors' files are no longer needed
