@@ -123,7 +123,8 @@ class SparkSink:
         spark_at: str = "Spark",
     ) -> None:
         """``spark``: the Spark session, for READ rows read on executors
-        (``StagedReadBatch``), which are staged by Spark. ``compact_idle_s``: fold every
+        (``StagedReadBatch``) whose files this process cannot read (then Spark stages
+        them; else pyarrow). ``compact_idle_s``: fold every
         table's changelog tail into its current state once nothing has landed for this long
         (None: only when the sink closes). ``spark_at``: where Spark runs, for messages."""
         self._spark = spark

@@ -8,10 +8,9 @@ they read nothing of the layout before issue 27 (``changelog/__batch=N/``), and 
 reader reads the changelog whole with its default options, and no partition column leaks.
 
 Landing a batch again replaces its file by a rename over it (same name): a reader sees the
-batch once, the old rows or the new. Rows that Spark staged on executors (``[snapshot]
-executors``) are landed by Spark as several files ``batch-<N>.part-<k>.parquet``: landed
-again, the old files go before the new are moved in (a reader may miss the batch for a
-moment, never read it twice).
+batch once, the old rows or the new. A batch landed by an older version as several files
+``batch-<N>.part-<k>.parquet`` (rows read on executors, landed by Spark then) is still read,
+and its files go when the batch is landed again.
 
 A changelog of the older layout is still read (``read``), and rewritten in this one by the
 first lander that writes the table (``migrate``, from ``Lander.take_over``).
@@ -94,16 +93,6 @@ def replace_with_file(fs: pafs.FileSystem, directory: str, batch: int, staged: P
     for seq, info in _entries(fs, directory):
         if seq == batch and info.base_name != name:
             _remove(fs, info)
-
-
-def replace_from(fs: pafs.FileSystem, directory: str, batch: int, written: str) -> None:
-    """Make the files Spark wrote into the directory ``written`` the rows of ``batch``."""
-    for seq, info in _entries(fs, directory):
-        if seq == batch:
-            _remove(fs, info)
-    for part, path in enumerate(sorted(parquet_files(fs, written))):
-        fs.move(path, f"{directory}/{file_name(batch, part)}")
-    fs.delete_dir(written)
 
 
 def read(
