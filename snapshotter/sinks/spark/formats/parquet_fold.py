@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 SCRATCH = "_fold"  # under the hidden directory: never a bucket's, removed with it
 _ROW = "__snapshotter_row"  # a working column: a row's index in its record batch
 _BATCH_ROWS = 128 * 1024
+_HELD_ROWS = 1024 * 1024  # rows held for all buckets' row groups at most (memory)
 MAX_OPEN_BUCKETS = 256  # files of rows of any bucket: one output file open per bucket
 MAX_TAIL_ROWS = 2_000_000  # the tail's keys are held in memory
 
@@ -121,21 +122,27 @@ def write(
 
 class _Outputs:
     """The new bucket files, each written as rows arrive, in row groups of about
-    ``_BATCH_ROWS`` rows (rows of many buckets arrive a few at a time)."""
+    ``_BATCH_ROWS`` rows (rows of many buckets arrive a few at a time), smaller when more
+    than ``_HELD_ROWS`` rows wait over all buckets."""
 
     def __init__(self, fs: pafs.FileSystem, prefix: str, schema: pa.Schema) -> None:
         self._fs, self._prefix, self._schema = fs, prefix, schema
         self._writers: dict[int, tuple[Any, pq.ParquetWriter]] = {}
         self._pending: dict[int, list[pa.Table]] = {}
         self._done: set[int] = set()
+        self._held = 0  # rows pending over all buckets
 
     def add(self, bucket: int, rows: pa.Table) -> None:
         if not rows.num_rows:
             return
         pending = self._pending.setdefault(bucket, [])
         pending.append(rows)
+        self._held += rows.num_rows
         if sum(t.num_rows for t in pending) >= _BATCH_ROWS:
             self._flush(bucket)
+        if self._held > _HELD_ROWS:  # many buckets, each short of a row group: write all
+            for other in list(self._pending):
+                self._flush(other)
 
     def add_all(self, bucket: int, tables: list[pa.Table]) -> None:
         for table in tables:
@@ -166,6 +173,7 @@ class _Outputs:
 
     def _flush(self, bucket: int) -> None:
         pending = self._pending.pop(bucket, [])
+        self._held -= sum(t.num_rows for t in pending)
         _, writer = self._writer(bucket)
         if pending:
             writer.write_table(pa.concat_tables(pending))
