@@ -28,6 +28,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from snapshotter.sinks.spark.files import WRITE_OPTIONS, parquet_files
+from snapshotter.sinks.spark.formats import schema_changes as schemas
 from snapshotter.sinks.spark.formats import spark_hash
 from snapshotter.sinks.spark.types import BATCH
 
@@ -83,7 +84,7 @@ def write(
     parts: list[DataFrame | None] = [rows]
     if found:
         fs.create_dir(f"{scratch}/base", recursive=True)
-        table = pa.concat_tables([_conform(t, schema) for t in found])
+        table = pa.concat_tables([schemas.conform(t, schema) for t in found])
         pq.write_table(table, f"{scratch}/base/part-0.parquet", filesystem=fs)
         parts.insert(0, lander.spark.read.parquet(f"{scratch_uri}/base"))
     # 2. Spark reduces them with the tail, rows of the changed keys only.
@@ -94,14 +95,15 @@ def write(
 
     def reduced(b: int) -> list[pa.Table]:
         names = parquet_files(fs, f"{scratch}/reduced/{bucket_column}={b}")
-        return [_conform(pq.read_table(p, filesystem=fs), schema) for p in names]
+        return [schemas.conform(pq.read_table(p, filesystem=fs), schema) for p in names]
 
     # 3. The base rows of unchanged keys as they are, then each bucket's reduced rows.
     out = _Outputs(fs, f"{hidden[1]}/{bucket_column}=", schema)
     spread = any(b is None for _, b in sources)  # rows of any bucket: every file open
     for path, b in sources:
         for batch in _batches(fs, path):
-            kept = _conform(batch.filter(pc.invert(_member(batch, keys, changed_in(b)))), schema)
+            unchanged = pc.invert(_member(batch, keys, changed_in(b)))
+            kept = schemas.conform(batch.filter(unchanged), schema)
             if b is not None:
                 out.add(b, kept)
                 continue
@@ -244,14 +246,3 @@ def _member(rows: pa.Table, keys: list[str], wanted: pa.Table) -> pa.ChunkedArra
     mask = np.zeros(rows.num_rows, dtype=bool)
     mask[hits] = True
     return pa.array(mask)
-
-
-def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """``table``'s columns in ``schema``'s order and types (a column it lacks: nulls)."""
-    columns = [
-        table.column(f.name).cast(f.type)
-        if f.name in table.column_names
-        else pa.nulls(table.num_rows, f.type)
-        for f in schema
-    ]
-    return pa.Table.from_arrays(columns, schema=schema)
