@@ -205,6 +205,7 @@ class SpannerCase:
     capture: Capture
     database: Any
     dialect: str
+    started_us: int = field(default_factory=lambda: _now_us())  # after the stream DDL
 
 
 @pytest.fixture
@@ -296,12 +297,34 @@ def _windows_hooks(windows: list[list[int]], hold_s: float) -> PhaseHooks:
     return PhaseHooks(after_open=opened, after_read=read, after_close=closed)
 
 
-def _converged(capture: Capture, sink: str) -> str:
+def _converged(capture: Capture, sink: str, case: SpannerCase | None = None) -> str:
     verdict = capture.verify_landed("items") if sink == "spark" else capture.verify("items")
+    if not verdict.ok and case is not None:
+        raise AssertionError(f"{verdict.render()}\n{_trace(case, verdict)}")
     assert verdict.ok, verdict.render()
     if sink == "spark":  # and a reader that knows nothing of snapshotter sees the same
         assert capture.landed_rows("items") == capture.source_rows("items")
     return str(verdict.render())
+
+
+def _trace(case: SpannerCase, verdict: Any) -> str:
+    """Where the wrong keys' changes are: in the change stream (read again without the
+    engine) and in the JSONL output, so a rare failure says whose record went missing."""
+    from tests.integration.spanner_trace import trace_keys
+
+    keys = [
+        *verdict.missing_examples,
+        *verdict.extra_examples,
+        *(d.key for d in verdict.differing_examples),
+    ][:5]
+    lines = trace_keys(case.database, case.dialect, STREAM, case.started_us, _now_us(), keys)
+    if case.capture.sink == "jsonl":
+        for event in case.capture.events("items"):
+            value = event["value"]
+            row = value.get("after") or value.get("before") or {}
+            if any(all(str(row.get(c)) == str(v) for c, v in k.items()) for k in keys):
+                lines.append(f"  output: op {value['op']} pos {value['source'].get('pos')}")
+    return "\n".join(lines)
 
 
 def _positions_increase(capture: Capture) -> None:
@@ -349,7 +372,7 @@ def test_a_snapshot_under_a_random_writer_converges_while_partitions_churn(
         writer.stop_event.set()
         engine.stop(timeout=120)
     assert capture.run(timeout=180) == 0  # catch up with the writer's last changes
-    report = _converged(capture, sink)
+    report = _converged(capture, sink, case)
     inside = [e for e in churn.ends if any(o < e < c for o, c in windows if c)]
     logging.getLogger(__name__).warning(
         "spanner %s -> %s: %s; writer %s; %d partition ends, %d inside one of %d windows",

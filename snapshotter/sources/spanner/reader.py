@@ -248,10 +248,12 @@ class SpannerLogReader:
                 )
 
     def _again(self, token: str, key: RecordKey) -> bool:
-        """Whether the partition sent this record already (a query started again)."""
+        """Whether the partition sent this record already (a query started again, from the
+        commit timestamp of the last record it had sent: only records of that timestamp come
+        twice). An older record is no repeat: the merger refuses it (out of order)."""
         seen = self._seen.setdefault(token, _PartitionSeen())
         if key.commit_us < seen.at_us:
-            return True
+            return False
         if key.commit_us > seen.at_us:
             seen.at_us, seen.keys = key.commit_us, set()
         assert seen.keys is not None
