@@ -94,7 +94,10 @@ class RecordingLander:
 
 
 def open_sink(
-    tmp_path: Path, lander: RecordingLander, schemas: dict[TableId, TableSchema]
+    tmp_path: Path,
+    lander: RecordingLander,
+    schemas: dict[TableId, TableSchema],
+    fmt: str = "parquet",
 ) -> tuple[SparkSink, StagingArea]:
     staging = StagingArea(tmp_path / "staging")
     described: list[TableId] = []
@@ -110,7 +113,7 @@ def open_sink(
         key_columns=lambda table: ("id",),
         max_staged_bytes=64 * 1024 * 1024,
         root=str(tmp_path / "lake"),
-        fmt="parquet",
+        fmt=fmt,
     )
     sink.described = described  # type: ignore[attr-defined]
     sink.open(None)
@@ -209,3 +212,40 @@ class held:
 
     def __exit__(self, *exc: object) -> None:
         self.lander.gate.set()
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_a_table_s_first_read_rows_in_a_process_ask_for_a_checkpoint_at_once(
+    tmp_path: Path, fmt: str
+) -> None:
+    """Delta and Iceberg: the first chunk of a table lands beside the reading of the next
+    (its tables created, the process's first commit paid early); later chunks wait for the
+    checkpoint interval, and log events never ask."""
+    sink, _ = open_sink(tmp_path, RecordingLander(), {A: schema_of(A), B: schema_of(B)}, fmt)
+    try:
+        sink.write([log_event(A, 7, 10)])
+        assert not sink.checkpoint_wanted()
+        sink.write([read_batch(A, [1, 2], 20)])
+        assert sink.checkpoint_wanted()
+        sink.checkpoint()
+        sink.write([read_batch(A, [3, 4], 30), log_event(B, 5, 31)])
+        assert not sink.checkpoint_wanted()  # A's first rows went; B has log events only
+        sink.write([read_batch(B, [6], 40)])
+        assert sink.checkpoint_wanted()  # B's first READ rows
+        sink.checkpoint()
+        sink.write([read_batch(B, [7], 50), read_batch(A, [8], 51)])
+        assert not sink.checkpoint_wanted()
+    finally:
+        sink.close()
+
+
+def test_parquet_asks_for_a_checkpoint_every_so_many_read_rows(tmp_path: Path) -> None:
+    sink, _ = open_sink(tmp_path, RecordingLander(), {A: schema_of(A)})
+    try:
+        sink.write([read_batch(A, [1, 2], 20)])
+        assert not sink.checkpoint_wanted()
+        many = list(range(3, 3 + spark_sink.CHECKPOINT_READ_ROWS))
+        sink.write([read_batch(A, many, 30)])
+        assert sink.checkpoint_wanted()
+    finally:
+        sink.close()
