@@ -364,3 +364,37 @@ def test_a_snapshot_chunk_is_linked_into_both_tables_not_written_again(tmp_path:
     assert lake.spark_rows("id", "name") == {k: (k, f"r{k}") for k in range(50)}
     assert set(lake.pyiceberg_rows("id")) == set(range(50))
     assert lake.lander.changelog(TABLE).count() == 50  # type: ignore[union-attr]
+
+
+def test_tables_only_appended_to_by_this_process_are_maintained_without_asking_until_due(
+    tmp_path: Path,
+) -> None:
+    """A snapshot's fresh tables hold what this process appended (a file per landing, a
+    snapshot per commit): while that is too little to rewrite or expire, maintenance asks
+    the metadata tables nothing; past min-input-files small files it rewrites them."""
+    lake = Lake(tmp_path, IcebergPolicy(maintenance_interval_s=0, snapshots_kept=100))
+    asked: list[str] = []
+    count_files = lake.tables._files_and_snapshots
+
+    def counted(name: str) -> tuple[int, int, int]:
+        asked.append(name)
+        return count_files(name)
+
+    lake.tables._files_and_snapshots = counted  # type: ignore[method-assign]
+    lake.land(1, chunk(range(0, 40), 100))
+    assert lake.lander.compact_idle() == [TABLE]
+    assert asked == []  # one small file each, two snapshots: nothing to do, nothing asked
+    for seq in range(2, 7):  # five more landings, a small file each
+        lake.land(seq, chunk(range(seq * 100, seq * 100 + 10), seq * 100 + 50))
+    changelog = lake.tables.changelog_name(TABLE)
+    before = lake.count(changelog, "data_files")
+    assert before == 6
+    assert lake.lander.compact_idle() == [TABLE]
+    assert changelog in asked
+    assert lake.count(changelog, "data_files") < before  # six small files: rewritten
+    want = {
+        k: (k, f"r{k}")
+        for k in [*range(40), *(k for s in range(2, 7) for k in range(s * 100, s * 100 + 10))]
+    }
+    assert lake.spark_rows("id", "name") == want
+    assert lake.pyiceberg_rows("id", "name") == want

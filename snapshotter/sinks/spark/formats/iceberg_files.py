@@ -72,12 +72,15 @@ class FileAppender:
             self._locations[name] = local_path(found[0]) if found else None
         return self._locations[name]
 
-    def append(self, name: str, files: Sequence[Path | str], drop: Sequence[str] = ()) -> bool:
+    def append(
+        self, name: str, files: Sequence[Path | str], drop: Sequence[str] = ()
+    ) -> list[int] | None:
         """The staged ``files``' rows (without the ``drop`` columns) appended to the table
-        ``name`` (quoted, with its catalog) in one commit. False: not done (see above)."""
+        ``name`` (quoted, with its catalog) in one commit; the sizes of the data files it
+        added. None: not done (see above)."""
         location = self._location(name)
         if location is None:
-            return False
+            return None
         schema = to_arrow_schema(self.spark.table(name).schema)
         # A directory of its own per append: add_files registers every file of the
         # directory it is given.
@@ -91,10 +94,10 @@ class FileAppender:
         else:
             rows = read_arrow(files, drop)
             if rows is None:
-                return False
+                return None
             rows = as_schema(rows, schema)
             if rows is None:
-                return False
+                return None
             directory.mkdir(parents=True)
             pq.write_table(rows, directory / "part-00000.parquet", **WRITE_OPTIONS)
         source = "`parquet`.`" + str(directory).replace("`", "``") + "`"
@@ -103,4 +106,4 @@ class FileAppender:
             f"CALL {quote(self.catalog)}.system.add_files(table => {_sql_string(name)}, "
             f"source_table => {_sql_string(source)}, check_duplicate_files => false)"
         ).collect()
-        return True
+        return [entry.stat().st_size for entry in directory.iterdir()]
