@@ -94,6 +94,8 @@ STAGE_AHEAD = 2
 # READ rows after which the sink asks for a checkpoint before the interval is up (four
 # chunks of the default size).
 CHECKPOINT_READ_ROWS = 4 * 32768
+# Delta and Iceberg: how long a landing waits for a checkpoint being staged to join it.
+STAGING_WAIT_S = 1.0
 
 # A table's part of the next staged batch, in log order: runs of log events (built into
 # Arrow row by row) and READ batches (Arrow already, cast column-wise).
@@ -642,7 +644,19 @@ class SparkSink:
         """What the lander does next (waits, with _cond held, until there is something):
         the batches to land, oldest first; [] for the compactions that waited for a
         snapshot to end; None to stop (closing, nothing left to land)."""
+        staging_waited_until: float | None = None
         while True:
+            if self._queue and self._format != "parquet" and self._unstaged:
+                # Delta, Iceberg: a landing is a commit per table of a few tenths of a second
+                # whatever its size; the checkpoint being staged now lands in the same
+                # commit rather than in one of its own right after (a snapshot's last chunks
+                # staged at the end: one landing after the reading, not two).
+                now = time.monotonic()
+                if staging_waited_until is None:
+                    staging_waited_until = now + STAGING_WAIT_S
+                if now < staging_waited_until and self._failure is None:
+                    self._cond.wait(staging_waited_until - now)
+                    continue
             if self._queue:
                 group: list[StagedBatch] = []
                 size = 0
