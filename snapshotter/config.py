@@ -378,10 +378,10 @@ class SinkConfig(_Section):
     # its last compaction reach this fraction of its rows (and at least compact_min_rows).
     compact_ratio: float = Field(default=0.5, gt=0, le=1_000_000)
     compact_min_rows: int = Field(default=100_000, ge=0)
-    # spark, parquet format: the bucket count of a table's current state (its base is one
-    # file per bucket, a key in bucket pmod(xxhash64(key), buckets); a compaction rewrites
-    # only the buckets whose keys changed). 0: chosen at the table's first compaction from
-    # its size, a power of two of about 1M rows each. Kept for the table's life.
+    # spark, parquet format: the bucket count of a table's current state (a key in bucket
+    # pmod(xxhash64(key), buckets), a bucket part files of key ranges; a compaction rewrites
+    # only the parts whose keys changed). 0: chosen at the table's first compaction from
+    # its size, a power of two of about 4M rows each. Kept for the table's life.
     buckets: int = Field(default=0, ge=0, le=65_536)
     # spark: a column added, dropped or widened at the source while streaming: "evolve" (the
     # landed tables follow; a dropped column stays, NULL from then on) or "fail" (the

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 
-from snapshotter.sinks.spark.formats.parquet import bucket_file_name, bucket_of
+from snapshotter.sinks.spark.formats import parquet
+from snapshotter.sinks.spark.formats.parquet import bucket_file_name, bucket_of, file_unit
 from tests.integration.test_landing_appends import TABLE, Lake, chunk, log
 
 pytestmark = pytest.mark.integration
@@ -89,9 +91,67 @@ def test_a_compaction_rewrites_only_the_buckets_its_keys_fall_in(tmp_path: Path)
     assert meta is not None and (meta.base, meta.tail_rows, meta.base_rows) == (3, 0, 198)
 
 
-def test_a_reader_during_landings_and_compactions_never_reads_a_key_twice_or_back_in_time(
-    tmp_path: Path,
+def _units(lake: Lake, name: str) -> dict[tuple[int, int], tuple[int, int]]:
+    """The bucket part files of current/: (bucket, part) -> (inode, mtime)."""
+    found = {}
+    for file_name, stat in files(lake).items():
+        unit = file_unit(name, file_name)
+        assert unit is not None, f"{file_name}: not a part file of {name}"
+        found[unit] = stat
+    return found
+
+
+def test_a_compaction_rewrites_only_the_parts_whose_key_range_holds_a_changed_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A bucket written whole by pyarrow (a snapshot's files, in key order) is parts of
+    PART_ROWS rows, each a range of keys; a change rewrites, per touched bucket, the parts
+    whose footer range holds a changed key and the last part (new keys go there), and leaves
+    the others as they are; a last part that outgrows PART_ROWS goes on in a new part."""
+    monkeypatch.setattr(parquet, "PART_ROWS", 10)
+    lake = Lake(tmp_path)
+    lake.lander.buckets = 1
+    lake.lander.land([lake.stage(1, chunk(range(100), 100))])  # appended, not bucketed yet
+    lake.lander.land([lake.stage(2, [log("u", 0, 200)])])
+    lake.lander.compact(TABLE)  # the first bucketing: parts of 10 keys, in key order
+    meta = lake.lander.meta(TABLE)
+    assert meta is not None and meta.base_dir is not None
+    name = meta.base_dir
+    before = _units(lake, name)
+    assert sorted(before) == [(0, p) for p in range(10)]
+    ranges = {}
+    for unit in before:
+        ids = pq.read_table(current(lake) / bucket_file_name(name, *unit)).column("id")
+        ranges[unit] = (min(ids.to_pylist()), max(ids.to_pylist()))
+    # Keys 41 and 47 are in one part; 99 in the last (whose range is every key: key 0's new
+    # row went there, after the parts of READ rows); 100 and 101 are new (the last part).
+    [middle] = [u for u, (lo, hi) in ranges.items() if lo <= 41 <= hi and u != (0, 9)]
+    assert ranges[middle][0] <= 47 <= ranges[middle][1]
+    events = [log("u", 41, 300), log("d", 47, 301), log("u", 99, 302)]
+    events += [log("c", 100, 303), log("c", 101, 304)]
+    lake.lander.land([lake.stage(3, events)])
+    lake.lander.compact(TABLE)
+    after = _units(lake, name)
+    rewritten = {u for u in before if after[u][0] != before[u][0]}
+    assert rewritten == {middle, (0, 9)}, f"rewritten: {sorted(rewritten)}"
+    assert set(after) - set(before) == {(0, 10)}  # the last part outgrew 10 rows
+    expected = {k: f"r{k}" for k in range(100)} | {0: "log0", 41: "log41", 99: "log99"}
+    expected |= {100: "log100", 101: "log101"}
+    del expected[47]
+    assert plain(lake) == expected
+    assert lake.state() == expected
+    middle_ids = pq.read_table(current(lake) / bucket_file_name(name, *middle)).column("id")
+    assert 41 in middle_ids.to_pylist(), "a changed key left the part it was in"
+    meta = lake.lander.meta(TABLE)
+    assert meta is not None and (meta.base_rows, meta.pending) == (101, None)
+
+
+@pytest.mark.parametrize("part_rows", [None, 8])
+def test_a_reader_during_landings_and_compactions_never_reads_a_key_twice_or_back_in_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, part_rows: int | None
+) -> None:
+    if part_rows is not None:  # buckets of many parts: parts rewritten, new parts added
+        monkeypatch.setattr(parquet, "PART_ROWS", part_rows)
     lake = lake_of(tmp_path)
     keys = range(300)
     lake.lander.land([lake.stage(1, chunk(keys, 100))])

@@ -115,7 +115,7 @@ def test_buckets_rewritten_by_pyarrow_hold_the_rows_of_reducing_every_row(
     current = tmp_path / "current"
     current.mkdir()
     metadata = {b"origin": b"the base files"}
-    sources: list[tuple[str, int | None]] = []
+    sources: list[parquet_fold.Source] = []
     appended = {"buckets": 0, "appended": 1, "both": 0.5, "no tail": 1}[layout]
     rng = random.Random(seed)
     whole = base.toArrow()
@@ -125,13 +125,13 @@ def test_buckets_rewritten_by_pyarrow_hold_the_rows_of_reducing_every_row(
         part = bucketed.filter(pc.equal(bucketed.column(BUCKET), index)).drop([BUCKET])
         path = str(current / f"base-1.bucket-{index:05d}.parquet")
         pq.write_table(part.cast(part.schema.with_metadata(metadata)), path)
-        sources.append((path, index))
+        sources.append(parquet_fold.Source(path, index, 0))
     spread = spread.drop([BUCKET])
     for n, start in enumerate(range(0, spread.num_rows, 40)):  # files of 40 rows each
         path = str(current / f"base-1.b{n}-x.parquet")
         part = spread.slice(start, 40)
         pq.write_table(part.cast(part.schema.with_metadata(metadata)), path)
-        sources.append((path, None))
+        sources.append(parquet_fold.Source(path, None, 0))
     assert tail is not None
     changed: pa.Table | None = (
         tail.where(F.col("__op") != "t")
@@ -147,12 +147,12 @@ def test_buckets_rewritten_by_pyarrow_hold_the_rows_of_reducing_every_row(
         touched = touched[1:]
         changed = changed.filter(pc.is_in(changed.column(BUCKET), pa.array(touched)))
         tail = tail.join(spark.createDataFrame(changed.select(keys)), keys, "left_semi")
-        sources = [(p, b) for p, b in sources if b in touched]
+        sources = [src for src in sources if src.bucket in touched]
     if layout != "buckets":
         touched = list(range(count))
     if layout == "no tail":
         changed, tail = None, None
-    paths = [p for p, _ in sources]
+    paths = [src.path for src in sources]
     if layout != "buckets":  # rows of any bucket: keys spark_hash hashes
         assert parquet_fold.can_bucket(pafs.LocalFileSystem(), paths, keys, tail, count, 300)
     hidden = tmp_path / "current" / ".compacting-x"

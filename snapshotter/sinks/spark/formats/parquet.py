@@ -1,7 +1,9 @@
-"""Parquet ``current/``: a base bucketed by a hash of the key, compacted bucket by bucket.
+"""Parquet ``current/``: a base bucketed by a hash of the key, compacted part by part.
 
-The base is ``N`` files directly in ``current/``, one per bucket,
-``<base>.bucket-<i, 5 digits>.parquet``: a key lives in bucket
+The base is files directly in ``current/``, one or more per bucket: ``<base>.bucket-<i, 5
+digits>.parquet`` (part 0) and ``<base>.bucket-<i>.<part, 5 digits>.parquet`` (parts pyarrow
+writes, ``parquet_fold``: at most ``PART_ROWS`` rows each, each a range of keys): a key
+lives in bucket
 ``pmod(xxhash64(key columns), N)``, computed by Spark (its ``xxhash64`` of the landed
 columns' Spark types) wherever rows are given a bucket: at the first bucketing and at every
 compaction, for the base and for the tail alike. ``N`` is ``[sink] buckets``, or, when that
@@ -10,25 +12,29 @@ is 0, chosen at the table's first bucketing from its size (a power of two, about
 table's life.
 
 A compaction reads the changelog tail, finds the buckets its keys fall in, and rewrites only
-those: per touched bucket, its file and its tail rows merged (``reduce_latest``: per key the
+those (where pyarrow rewrites them, only their parts whose key range holds a changed key, and
+their last part: ``parquet_fold.touched_parts``): per touched bucket, its files and its tail
+rows merged (``reduce_latest``: per key the
 highest ``__pos``, deletes dropped, unavailable TOAST values carried), applied only to the
 base rows of keys the tail has (``_folded``: the others are kept by an anti join; for a
 tail of up to ``BROADCAST_ROWS``, ``parquet_fold`` copies them with pyarrow instead).
-Untouched buckets are neither read nor written; but a key's bucket is a hash, so 10,000
-changed keys touch every bucket of a table of a few million rows, whichever keys they are:
-then a compaction rewrites the table (bench/landing_bench.py: docs/benchmarks.md).
+Untouched buckets are neither read nor written; a key's bucket is a hash, so 10,000 changed
+keys touch every bucket, but changes to recent keys touch about one part of each, while
+changes spread over every part rewrite the table (bench/landing_bench.py:
+docs/benchmarks.md).
 
 Replacing buckets so a plain reader never sees a key twice, nor a deleted row back:
 
-1. Spark writes the touched buckets hidden, ``current/.compacting-<base>-<tag>/``, one file
-   per bucket (a touched bucket left with no rows gets an empty file, never a deletion,
-   so a reader that listed the file still opens it);
+1. the touched parts are written hidden, ``current/.compacting-<base>-<tag>/`` (a part left
+   with no rows gets an empty file, never a deletion, so a reader that listed the file
+   still opens it);
 2. the metadata records the compaction as *pending* (the commit: from here on it is rolled
    forward, by ``finish`` now or by ``Lander.take_over`` after a crash);
 3. files that the new base supersedes are deleted (another base's, a crash's, READ rows
-   appended as files of their own); then each new bucket file is renamed over its old one,
-   same name: on a local or POSIX filesystem an atomic replacement, a reader opens the old
-   file or the new one, and a key is only ever in its one bucket;
+   appended as files of their own, parts a bucket rewritten whole no longer has); then each
+   new part file is renamed over its old one, same name (on a local or POSIX filesystem an
+   atomic replacement, a reader opens the old file or the new one, and a key is only ever
+   in one part), new parts last;
 4. the metadata names the result (``pending`` cleared).
 
 A crash before 2 leaves a hidden directory no metadata names (removed as a stray); after it,
@@ -73,7 +79,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BUCKET = "__snapshotter_bucket"  # the hidden write's partition column (never in a file)
-ROWS_PER_BUCKET = 1_000_000
+# A bucket is rewritten part by part where pyarrow rewrites it (below), so its size bounds
+# only Spark's whole-bucket rewrites; fewer buckets, fewer parts a change of recent keys
+# touches (one per bucket).
+ROWS_PER_BUCKET = 4_000_000
+# The rows of a part file pyarrow writes, at most: what a compaction rewrites per part its
+# keys fall in.
+PART_ROWS = 128 * 1024
 MAX_BUCKETS = 1 << 16
 # Reasons for a full compaction (``_full_reason``) that fold the base in row by row.
 TRUNCATED = "a truncate landed"
@@ -102,17 +114,47 @@ def bucket_count(configured: int, rows: int) -> int:
     return count
 
 
-def bucket_file_name(base: str, bucket: int) -> str:
-    return f"{base}.{_BUCKET_FILE}{bucket:05d}.parquet"
+def bucket_file_name(base: str, bucket: int, part: int = 0) -> str:
+    """A bucket's part file: ``<base>.bucket-<i>.parquet`` for part 0 (the one file of a
+    bucket Spark writes), ``<base>.bucket-<i>.<part>.parquet`` for the others."""
+    suffix = f".{part:05d}" if part else ""
+    return f"{base}.{_BUCKET_FILE}{bucket:05d}{suffix}.parquet"
+
+
+def file_unit(base: str, name: str) -> tuple[int, int] | None:
+    """The (bucket, part) a file of ``current/`` is (None: not a bucket file of ``base``)."""
+    prefix, suffix = f"{base}.{_BUCKET_FILE}", ".parquet"
+    if not (name.startswith(prefix) and name.endswith(suffix)):
+        return None
+    bucket, dot, part = name[len(prefix) : -len(suffix)].partition(".")
+    if len(bucket) != 5 or not bucket.isdigit():
+        return None
+    if not dot:
+        return int(bucket), 0
+    if len(part) == 5 and part.isdigit() and int(part) > 0:
+        return int(bucket), int(part)
+    return None
 
 
 def _bucket_index(base: str, name: str) -> int | None:
-    """The bucket a file of ``current/`` is (None: not a bucket file of ``base``)."""
-    prefix = f"{base}.{_BUCKET_FILE}"
-    digits = name[len(prefix) : len(prefix) + 5]
-    if name.startswith(prefix) and name.endswith(".parquet") and digits.isdigit():
-        return int(digits)
-    return None
+    """The bucket a file of ``current/`` is in (None: not a bucket file of ``base``)."""
+    unit = file_unit(base, name)
+    return None if unit is None else unit[0]
+
+
+def bucket_parts(fs: pafs.FileSystem, current: str, base: str) -> dict[int, dict[int, str]]:
+    """The part files of ``base``'s buckets: bucket -> part -> filesystem path."""
+    found: dict[int, dict[int, str]] = {}
+    for path in bases.files(fs, current, base):
+        unit = file_unit(base, _leaf(path))
+        if unit is not None:
+            found.setdefault(unit[0], {})[unit[1]] = path
+    return found
+
+
+def hidden_part(bucket: int, part: int) -> str:
+    """Where a compaction's hidden directory holds a part it wrote."""
+    return f"{BUCKET}={bucket}/part-{part:05d}.parquet"
 
 
 @dataclass
@@ -125,9 +167,20 @@ class Pending:
     buckets: int  # the bucket count
     touched: list[int]  # the buckets it replaces
     full: bool  # whether it supersedes every other file of current/
+    # The parts it wrote per touched bucket (JSON: the bucket as a string); None: part 0 of
+    # each (a compaction recorded before buckets had parts).
+    parts: dict[str, list[int]] | None = None
+    # Whether it rewrote some parts of its buckets (their other parts kept as they are), not
+    # whole buckets (every other part of a touched bucket superseded).
+    partial: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    def written(self) -> dict[int, list[int]]:
+        if self.parts is None:
+            return {b: [0] for b in self.touched}
+        return {int(b): parts for b, parts in self.parts.items()}
 
 
 def tail(lander: Lander, table: TableId, meta: TableMeta, upto: int | None) -> DataFrame | None:
@@ -222,22 +275,25 @@ def compact(lander: Lander, table: TableId, meta: TableMeta) -> None:
     keys = meta.key_columns
     old = _base_name(meta)
     changed: pa.Table | None = None  # the tail's keys, when pyarrow rewrites the buckets
-    sources: list[tuple[str, int | None]] | None = None  # the files pyarrow rewrites
+    sources: list[parquet_fold.Source] | None = None  # the files pyarrow rewrites
     state: DataFrame | None = None
+    partial = False  # pyarrow rewrites the touched parts of the touched buckets only
     if reason is None:
         assert meta.buckets is not None and old is not None
         count, name = meta.buckets, old
         touched = []
+        listing = bucket_parts(lander._fs, current, name) if rows is not None else {}
         if rows is not None:
             if meta.tail_rows <= BROADCAST_ROWS:  # the changed keys, for pyarrow's filters
                 changed = _changed_keys(rows, keys, count)
                 touched = sorted(set(changed.column(BUCKET).to_pylist()))
-                sources = [(f"{current}/{bucket_file_name(name, i)}", i) for i in touched]
+                sources = parquet_fold.touched_parts(lander._fs, listing, touched, keys, changed)
+                partial = True
             else:
                 keyed = rows.where(F.col(OP) != "t").withColumn(BUCKET, bucket_of(keys, count))
                 touched = sorted(int(r[0]) for r in keyed.select(BUCKET).distinct().collect())
         if changed is None:
-            names = [bucket_file_name(name, i) for i in touched]
+            names = [_leaf(path) for i in touched for path in listing.get(i, {}).values()]
             state = _folded(lander, meta, base_rows(lander, table, names), rows)
     else:
         if meta.buckets is not None and old is not None and not bases.is_legacy(old):
@@ -253,7 +309,10 @@ def compact(lander: Lander, table: TableId, meta: TableMeta) -> None:
             paths = [f"{current}/{n}" for n in existing]
             if parquet_fold.can_bucket(lander._fs, paths, keys, rows, count, meta.tail_rows):
                 own = old == name
-                sources = [(p, _bucket_index(name, _leaf(p)) if own else None) for p in paths]
+                sources = [
+                    parquet_fold.Source(p, _bucket_index(name, _leaf(p)) if own else None, 0)
+                    for p in paths
+                ]
                 changed = _changed_keys(rows, keys, count) if rows is not None else None
         if sources is None:
             base = base_rows(lander, table, existing)
@@ -262,30 +321,38 @@ def compact(lander: Lander, table: TableId, meta: TableMeta) -> None:
             else:  # one row per key in the base: a compaction's, or READ rows of new keys
                 state = _folded(lander, meta, base, rows)
     hidden = f"{bases.WRITING}{name}-{uuid.uuid4().hex[:8]}"
+    written = {b: [0] for b in touched}
     if sources and touched:
         where = (f"{path}/current/{hidden}", f"{current}/{hidden}")
-        parquet_fold.write(lander, meta, sources, touched, (changed, rows), where, (BUCKET, count))
+        written = parquet_fold.write(
+            lander, meta, sources, touched, (changed, rows), where, (BUCKET, count), partial
+        )
     elif touched:
         assert state is not None
         # ``__batch`` bigint, as in the changelog (a base of an older layout had int).
         state = state.withColumn(BATCH, F.col(BATCH).cast("long"))
         state = state.withColumn(BUCKET, bucket_of(keys, count))
-        written = state.repartition(len(touched), F.col(BUCKET))
-        written.write.mode("overwrite").partitionBy(BUCKET).parquet(f"{path}/current/{hidden}")
+        out = state.repartition(len(touched), F.col(BUCKET))
+        out.write.mode("overwrite").partitionBy(BUCKET).parquet(f"{path}/current/{hidden}")
         _fill_empty(lander, current, hidden, name, touched, state)
+        _name_parts(lander._fs, f"{current}/{hidden}", touched)
     # A crash here leaves the hidden directory a stray: the metadata does not name it.
     failpoint("spark.compact.written")
-    meta.pending = Pending(name, hidden, upto, count, touched, reason is not None).to_json()
+    parts = {str(b): written[b] for b in touched}
+    pending = Pending(name, hidden, upto, count, touched, reason is not None, parts, partial)
+    meta.pending = pending.to_json()
     lander._save_meta(table, meta)  # the commit: rolled forward from here on
     # A crash here leaves the compaction pending: take_over rolls it forward.
     failpoint("spark.compact.named")
     finish(lander, table, meta)
     log.info(
-        "%s: current state compacted at batch %d: %d of %d buckets rewritten%s in %.1f s",
+        "%s: current state compacted at batch %d: %d of %d buckets rewritten (%d part "
+        "file(s))%s in %.1f s",
         table,
         upto,
         len(touched),
         count,
+        sum(len(p) for p in written.values()),
         f" ({reason})" if reason else "",
         time.monotonic() - started,
     )
@@ -299,6 +366,7 @@ def finish(lander: Lander, table: TableId, meta: TableMeta) -> None:
     pending = Pending(**meta.pending)
     fs, current = lander._fs, lander._fs_path(table, "current")
     hidden = f"{current}/{pending.hidden}"
+    written = pending.written()
     # What the new base supersedes goes first: a key is never in two files.
     for info in fs.get_file_info(pafs.FileSelector(current, allow_not_found=True)):
         if info.path.rstrip("/") == hidden.rstrip("/"):
@@ -307,21 +375,33 @@ def finish(lander: Lander, table: TableId, meta: TableMeta) -> None:
         if owner is None:
             continue
         if owner == pending.base:
-            index = _bucket_index(pending.base, info.base_name)
-            if index is not None and index < pending.buckets:
-                continue
-            if not pending.full and info.type is pafs.FileType.File:
+            unit = file_unit(pending.base, info.base_name)
+            if unit is not None and unit[0] < pending.buckets:
+                bucket, part = unit
+                if pending.partial or bucket not in written or part in written[bucket]:
+                    continue  # kept, or replaced by its new file below
+                # else: a part of a bucket rewritten whole, that the new bucket has not
+            elif not pending.full and info.type is pafs.FileType.File:
                 continue  # files appended after this compaction began are kept
         if info.type is pafs.FileType.Directory:
             fs.delete_dir(info.path)
         else:
             fs.delete_file(info.path)
-    for bucket in pending.touched:
-        written = parquet_files(fs, f"{hidden}/{BUCKET}={bucket}")
-        if len(written) > 1:
-            raise RuntimeError(f"{hidden}: bucket {bucket} was written as {len(written)} files")
-        if written:  # else moved already, before a crash
-            fs.move(written[0], f"{current}/{bucket_file_name(pending.base, bucket)}")
+    moves = []
+    for bucket, parts in written.items():
+        for part in parts:
+            source = _written_file(fs, hidden, bucket, part, legacy=pending.parts is None)
+            if source is not None:  # else moved already, before a crash
+                moves.append((source, f"{current}/{bucket_file_name(pending.base, bucket, part)}"))
+    # Replacements before new parts: a part's rows that went on to a new part (it outgrew
+    # PART_ROWS) may be missing for a moment, never in two files.
+    replaced = {
+        info.path
+        for info in fs.get_file_info([target for _, target in moves])
+        if info.type is pafs.FileType.File
+    }
+    for source, target in sorted(moves, key=lambda move: move[1] not in replaced):
+        fs.move(source, target)
     if fs.get_file_info(hidden).type is not pafs.FileType.NotFound:
         fs.delete_dir(hidden)
     meta.base, meta.base_dir, meta.buckets = pending.upto, pending.base, pending.buckets
@@ -355,6 +435,28 @@ def _fill_empty(
         target = f"{directory}/{BUCKET}={i}"
         fs.create_dir(target, recursive=True)
         pq.write_table(schema.empty_table(), f"{target}/part-empty.parquet", filesystem=fs)
+
+
+def _written_file(
+    fs: pafs.FileSystem, hidden: str, bucket: int, part: int, *, legacy: bool
+) -> str | None:
+    """The file a compaction wrote for ``bucket``'s ``part`` under ``hidden`` (None: not
+    there, moved into place already). ``legacy``: recorded without parts, a bucket's one
+    file of any name."""
+    if not legacy:
+        path = f"{hidden}/{hidden_part(bucket, part)}"
+        return path if fs.get_file_info(path).type is pafs.FileType.File else None
+    found = parquet_files(fs, f"{hidden}/{BUCKET}={bucket}")
+    if len(found) > 1:
+        raise RuntimeError(f"{hidden}: bucket {bucket} was written as {len(found)} files")
+    return found[0] if found else None
+
+
+def _name_parts(fs: pafs.FileSystem, hidden: str, touched: list[int]) -> None:
+    """Name the one file Spark wrote per touched bucket as its part 0 (``hidden_part``)."""
+    for bucket in touched:
+        [written] = parquet_files(fs, f"{hidden}/{BUCKET}={bucket}")
+        fs.move(written, f"{hidden}/{hidden_part(bucket, 0)}")
 
 
 def _schema_of(fs: pafs.FileSystem, paths: list[str]) -> pa.Schema | None:
