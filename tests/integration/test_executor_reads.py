@@ -155,6 +155,41 @@ def _current_commits(cap: Capture, table: str) -> list[tuple[str, int]]:
 
 
 @pytest.mark.parametrize("source", ["postgres"], indirect=True)
+def test_a_first_snapshot_read_on_executors_is_appended_to_the_parquet_base(
+    source: Source, spark_master: str
+) -> None:
+    """Parquet: the executors' READ rows of keys the table never had go into ``current/`` as
+    they land, as files appended to the base (as the engine's own reads do), so the run ends
+    with nothing to compact: no tail, every row in the base, no bucket file written; a later
+    change is compacted into buckets, and plain readers read the source's rows."""
+    import pyarrow.dataset as ds
+
+    rows = 4000
+    cap = source.capture(chunk_size=1000, sink="spark", spark=spark_master, executors=EXECUTORS)
+    table = source.create(cap, "items", rows)
+    cap.init()
+    cap.execute(qualified(cap, table.name))
+    assert cap.run(timeout=300) == 0
+    lander = cap.lander()
+    meta = lander.meta(cap.table_id(table.name))
+    assert meta is not None and (meta.tail_rows, meta.base_rows) == (0, rows), meta
+    current = Path(lander.table_path(cap.table_id(table.name))) / "current"
+    names = sorted(p.name for p in current.glob("*.parquet"))
+    assert names and all(".b0" in n for n in names), names  # appended files, not buckets
+    assert ds.dataset(str(current), format="parquet").count_rows() == rows
+    source.sql(
+        cap,
+        "UPDATE {s}.items SET name = name || '!' WHERE id IN "
+        "(SELECT id FROM {s}.items ORDER BY id LIMIT 5)",
+    )
+    assert cap.run(timeout=300) == 0
+    assert any(".bucket-" in p.name for p in current.glob("*.parquet"))
+    landed = cap.verify_landed(table.name)
+    assert landed.ok, landed.render()
+    assert cap.landed_rows(table.name) == cap.source_rows(table.name)
+
+
+@pytest.mark.parametrize("source", ["postgres"], indirect=True)
 @pytest.mark.parametrize("fmt", APPEND_FORMATS)
 def test_a_first_snapshot_read_on_executors_is_appended_not_merged(
     source: Source, fmt: str, spark_master: str

@@ -51,20 +51,19 @@ def land(
     # batches wholly appended, and no tail is read or compacted for them.
     whole = meta.tail_rows == 0 and meta.covered == (meta.landed_through or None)
     for seq, part in parts:
-        if part.file.is_dir():
-            # READ rows read on executors (``remote_reads``: a directory of files in the
-            # landed schema): its files' rows as the batch's changelog file. The base gets
-            # them at a compaction.
-            changelog_dir = lander._fs_path(table, "changelog")
-            rows_in = _rows_of(part.file, target)
-            if rows_in is not None:  # else none: every row read was dropped, no log row
-                parquet_changelog.replace(lander._fs, changelog_dir, seq, rows_in)
-            lander._known.pop(table, None)
-            whole = False
-            continue
         changelog_dir = lander._fs_path(table, "changelog")
         rows: pa.Table | None = None
-        if target is None or pq.read_schema(part.file).equals(target, check_metadata=False):
+        if part.file.is_dir():
+            # READ rows read on executors (``remote_reads``: a directory of files in the
+            # landed schema): its files' rows as the batch's changelog file, and those of
+            # keys the table never had appended to the base, as the engine's own reads are.
+            rows = _rows_of(part.file, target)
+            if rows is None:  # none: every row read was dropped, and no log row
+                lander._known.pop(table, None)
+                whole = False
+                continue
+            parquet_changelog.replace(lander._fs, changelog_dir, seq, rows)
+        elif target is None or pq.read_schema(part.file).equals(target, check_metadata=False):
             # Already the changelog's rows: the staged file itself goes in.
             parquet_changelog.replace_with_file(lander._fs, changelog_dir, seq, part.file)
         else:
