@@ -404,6 +404,32 @@ def test_positions_strictly_increase_across_events_rows_and_files() -> None:
     assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens)
 
 
+def test_events_without_a_position_inside_a_transaction_still_rise_below_the_commit() -> None:
+    """MariaDB 11.4 writes log_pos 0 into the table maps and rows events of a transaction
+    (copied from its cache): their positions follow the GTID event's by the events' sizes,
+    rise event by event, stay below the commit's real one, and come again the same."""
+    t = simple_table()
+    rows = [{"id": i, "name": str(i)} for i in range(4)]
+
+    def stream() -> list[Any]:
+        return [
+            mariadb_gtid(1000, "0-1-1"),
+            t.write(0, *rows[:2]),
+            t.update(0, (rows[0], {**rows[0], "name": "x"})),
+            t.delete(0, rows[1]),
+            xid(1400),
+            mariadb_gtid(1450, "0-1-2"),
+            t.write(0, rows[2], rows[3]),
+            xid(1600),
+        ]
+
+    positions = positioned(feed_all(decoder(), stream()))
+    assert len(positions) == 2 + 1 + 1 + 1 + 2 + 1
+    assert all(a < b for a, b in itertools.pairwise(positions)), positions
+    assert positions[0].parts[1] > 1000 and positions[4] == Position(7, 1400, 0)
+    assert positioned(feed_all(decoder(), stream())) == positions
+
+
 def test_the_same_transaction_decoded_again_gets_the_same_positions() -> None:
     t = simple_table()
 

@@ -126,6 +126,7 @@ class BinlogDecoder:
         self._file_number = 0
         self._gtid: str | None = None
         self._in_txn = False
+        self._end = 0  # where the event being decoded ends in the binlog file (_end_of)
 
     # -- state --------------------------------------------------------------------------------
 
@@ -137,6 +138,20 @@ class BinlogDecoder:
     def _set_file(self, file_name: str) -> None:
         self._file = file_name
         self._file_number = binlog_file_number(file_name)
+        self._end = 0
+
+    def _end_of(self, packet: Any) -> int:
+        """Where an event ends in the binlog file: its header's ``log_pos``, or, where that is
+        0 (MariaDB 11.4 writes no position into the events of a transaction, which it copies
+        from the transaction's cache: table maps and rows events), the previous event's end
+        plus this one's size. That is at most the event's true end (the table maps between
+        are not decoded), so positions still rise within a transaction and stay below its
+        commit's, which carries its real position."""
+        end = int(packet.log_pos)
+        if end == 0 and self._end:
+            end = self._end + int(packet.event_size)
+        self._end = end
+        return end
 
     @property
     def in_transaction(self) -> bool:
@@ -155,6 +170,9 @@ class BinlogDecoder:
     # -- events -------------------------------------------------------------------------------
 
     def feed(self, event: Any) -> list[LogItem]:
+        packet = getattr(event, "packet", None)
+        if packet is not None:
+            self._end_of(packet)
         if isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
             return self._rows(event)
         if isinstance(event, XidEvent):
@@ -180,7 +198,7 @@ class BinlogDecoder:
 
     def _commit(self, event: Any, sub: int = 0) -> list[LogItem]:
         self._in_txn = False
-        end = event.packet.log_pos
+        end = self._end
         return [
             Commit(
                 xid=0,
@@ -196,7 +214,7 @@ class BinlogDecoder:
             return []
         # The server's position in the file it is sending: nothing before it is unsent.
         file_name = event.ident.rstrip("\x00")
-        end = event.packet.log_pos
+        end = self._end
         if file_name != self._file:
             return []
         return [Progress(resume=self._resume(end), log_offset=binlog_offset(file_name, end))]
@@ -240,7 +258,7 @@ class BinlogDecoder:
         return TableId(_unquote(first), _unquote(second))
 
     def _truncate(self, event: Any, table: TableId) -> Change:
-        end = event.packet.log_pos
+        end = self._end
         source = self._source(table, Position(self._file_number, end, 0), event, 0)
         return Change(ChangeEvent(Op.TRUNCATE, source, self._clock_ms(), None), 0)
 
@@ -324,7 +342,7 @@ class BinlogDecoder:
         if self._shapes.get(table.table) != table.shape:
             self._shapes[table.table] = table.shape
             items.append(table.shape)
-        number, end = self._file_number, event.packet.log_pos
+        number, end = self._file_number, self._end
 
         def change(
             sub: int, row: int, op: Op, before: dict[str, Any] | None, after: dict[str, Any] | None
@@ -380,7 +398,7 @@ class BinlogDecoder:
                 "server_id": packet.server_id,
                 "gtid": self._gtid,
                 "file": self._file,
-                "binlog_pos": packet.log_pos - packet.event_size,
+                "binlog_pos": self._end - packet.event_size,
                 "row": row,
             },
         )
