@@ -9,6 +9,7 @@ import json
 import random
 import threading
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -251,4 +252,61 @@ def test_a_table_of_the_previous_layout_is_read_then_rewritten_in_this_one(
     meta = writer.meta(TABLE)
     assert meta is not None and meta.buckets == BUCKETS and meta.base_dir is not None
     assert sorted(files(lake)) == [bucket_file_name(meta.base_dir, i) for i in range(BUCKETS)]
+    assert plain(lake) == expected
+
+
+def test_a_bucket_of_parts_rewritten_whole_never_shows_a_key_twice_between_renames(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full compaction of a bucketed base with READ rows appended since rewrites each
+    bucket whole, its rows spread over parts numbered afresh: a plain reader after each of
+    finish's renames never reads a key twice (the old parts go before any new one is
+    renamed in), and the end state is the table's."""
+    monkeypatch.setattr(parquet, "PART_ROWS", 10)
+    lake = Lake(tmp_path)
+    lake.lander.buckets = 1
+    lake.lander.land([lake.stage(1, chunk(range(100), 100))])
+    lake.lander.land([lake.stage(2, [log("u", 0, 200)])])
+    lake.lander.compact(TABLE)  # parts of 10 keys
+    meta = lake.lander.meta(TABLE)
+    assert meta is not None and meta.base_dir is not None
+    second = pq.read_table(current(lake) / bucket_file_name(meta.base_dir, 0, 1))
+    shrunk = sorted(second.column("id").to_pylist())[:8]
+    lake.lander.land([lake.stage(3, [log("d", k, 300 + i) for i, k in enumerate(shrunk)])])
+    lake.lander.compact(TABLE)  # part 1 keeps 2 rows: parts no longer of 10 rows each
+    lake.lander.land([lake.stage(4, chunk(range(100, 101), 400))])  # READ rows appended
+    lake.lander.land([lake.stage(5, [log("u", 99, 500)])])
+    twice: list[tuple[str, int]] = []
+    real_finish = parquet.finish
+
+    class Watched:
+        """The lander's filesystem, a plain read of current/ after each rename."""
+
+        def __init__(self, fs: Any) -> None:
+            self._fs = fs
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._fs, name)
+
+        def move(self, source: str, target: str) -> None:
+            self._fs.move(source, target)
+            ids = ds.dataset(str(current(lake)), format="parquet").to_table(["id"])
+            keys = ids.column("id").to_pylist()
+            twice.append((target.rsplit("/", 1)[-1], len(keys) - len(set(keys))))
+
+    def finish(lander: Any, table: Any, meta: Any) -> None:
+        real, lander._fs = lander._fs, Watched(lander._fs)
+        try:
+            real_finish(lander, table, meta)
+        finally:
+            lander._fs = real
+
+    monkeypatch.setattr(parquet, "finish", finish)
+    lake.lander.compact(TABLE)  # full: READ rows were appended
+    renamed = [name for name, _ in twice if ".bucket-" in name]
+    assert len(renamed) >= 5, twice  # the bucket's parts, renamed one by one
+    assert [(n, d) for n, d in twice if d] == [], twice
+    expected = {k: f"r{k}" for k in range(101)} | {0: "log0", 99: "log99"}
+    for k in shrunk:
+        del expected[k]
     assert plain(lake) == expected

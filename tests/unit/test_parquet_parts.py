@@ -113,3 +113,18 @@ def test_every_part_holding_a_changed_key_is_rewritten_with_the_last(
                 inside, pc.and_(pc.greater_equal(column, low), pc.less_equal(column, high))
             )
         assert pc.any(inside).as_py(), f"part {number}: no changed key in its footer's range"
+
+
+def test_a_part_holding_a_nan_key_is_picked_for_it(tmp_path: Path) -> None:
+    """Parquet statistics leave NaN out of a float column's range, yet NaN is a key (a
+    PostgreSQL float8 key may hold it): the part holding it must be rewritten, or its new
+    row would go to the last part as a new key, the old one staying."""
+    first, last = tmp_path / "p0.parquet", tmp_path / "p1.parquet"
+    pq.write_table(pa.table({"k": pa.array([1.0, float("nan"), 3.0])}), first)
+    pq.write_table(pa.table({"k": pa.array([10.0, 11.0])}), last)
+    changed = pa.table(
+        {"k": pa.array([float("nan")]), BUCKET: pa.array([0], pa.int64())},
+    )
+    listing = {0: {0: str(first), 1: str(last)}}
+    picked = touched_parts(pafs.LocalFileSystem(), listing, [0], ["k"], changed)
+    assert {source.part for source in picked} == {0, 1}

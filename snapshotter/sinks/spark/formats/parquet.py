@@ -367,6 +367,14 @@ def finish(lander: Lander, table: TableId, meta: TableMeta) -> None:
     fs, current = lander._fs, lander._fs_path(table, "current")
     hidden = f"{current}/{pending.hidden}"
     written = pending.written()
+    legacy = pending.parts is None
+    # A bucket rewritten whole as other parts than its one file (rows of a part may have gone
+    # to another part): its old parts go before any new one is renamed in, or a reader
+    # between two renames would read a key in an old part and in a new one.
+    existing = bucket_parts(fs, current, pending.base)
+    spread = {
+        b: parts != [0] or set(existing.get(b, {})) - {0} != set() for b, parts in written.items()
+    }
     # What the new base supersedes goes first: a key is never in two files.
     for info in fs.get_file_info(pafs.FileSelector(current, allow_not_found=True)):
         if info.path.rstrip("/") == hidden.rstrip("/"):
@@ -378,9 +386,16 @@ def finish(lander: Lander, table: TableId, meta: TableMeta) -> None:
             unit = file_unit(pending.base, info.base_name)
             if unit is not None and unit[0] < pending.buckets:
                 bucket, part = unit
-                if pending.partial or bucket not in written or part in written[bucket]:
-                    continue  # kept, or replaced by its new file below
-                # else: a part of a bucket rewritten whole, that the new bucket has not
+                if pending.partial or bucket not in written:
+                    continue  # kept: parts rewritten are replaced by their new files below
+                if part in written[bucket] and not spread[bucket]:
+                    continue  # the bucket's one file, replaced by its new one below
+                if part in written[bucket] and not _written_file(
+                    fs, hidden, bucket, part, legacy=legacy
+                ):
+                    continue  # its new file, put in place before a crash
+                # else: a part of a bucket rewritten whole, that the new bucket has not, or
+                # whose rows it spread over its parts
             elif not pending.full and info.type is pafs.FileType.File:
                 continue  # files appended after this compaction began are kept
         if info.type is pafs.FileType.Directory:
@@ -390,7 +405,7 @@ def finish(lander: Lander, table: TableId, meta: TableMeta) -> None:
     moves = []
     for bucket, parts in written.items():
         for part in parts:
-            source = _written_file(fs, hidden, bucket, part, legacy=pending.parts is None)
+            source = _written_file(fs, hidden, bucket, part, legacy=legacy)
             if source is not None:  # else moved already, before a crash
                 moves.append((source, f"{current}/{bucket_file_name(pending.base, bucket, part)}"))
     # Replacements before new parts: a part's rows that went on to a new part (it outgrew

@@ -98,6 +98,8 @@ def _may_hold(fs: pafs.FileSystem, path: str, keys: list[str], wanted: pa.Table)
     if metadata.num_rows == 0:
         return False
     schema = metadata.schema.to_arrow_schema()
+    if any(pa.types.is_floating(schema.field(key).type) for key in keys):
+        return True  # statistics leave NaN out, and NaN is a key like any other
     inside: Any = None
     try:
         for key in keys:
@@ -162,12 +164,15 @@ def write(
     # 1. The base rows of the changed keys: the part of the base Spark has to reduce; and,
     # per source, the keys it holds (where their new rows go, in a partial rewrite).
     held: list[pa.Table] = []
+    key_schema = pa.schema([schema.field(k) for k in keys])  # the files' key types
     found = []
     for path, b, _ in sources:
         hits = [batch.filter(_member(batch, keys, changed_in(b))) for batch in _batches(fs, path)]
         hits = [t for t in hits if t.num_rows]
         found += hits
-        held.append(pa.concat_tables([t.select(keys) for t in hits]) if hits else every.slice(0, 0))
+        held.append(
+            pa.concat_tables([t.select(keys) for t in hits]) if hits else key_schema.empty_table()
+        )
     parts: list[DataFrame | None] = [rows]
     if found:
         fs.create_dir(f"{scratch}/base", recursive=True)
@@ -207,7 +212,10 @@ def write(
             new_rows = reduced(b)
             mine = [t.filter(_member(t, keys, held[i])) for t in new_rows]
             if part == max(parts_of[b]):  # and the keys no part of the bucket held
-                had = pa.concat_tables([held[j] for j, s in enumerate(sources) if s.bucket == b])
+                had = pa.concat_tables(
+                    [held[j] for j, s in enumerate(sources) if s.bucket == b],
+                    promote_options="permissive",
+                )
                 mine += [t.filter(pc.invert(_member(t, keys, had))) for t in new_rows]
             out.add_all(unit, mine)
             out.close(unit)
