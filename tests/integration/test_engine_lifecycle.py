@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 from snapshotter.engine.workers import ChunkTask, PhaseHooks
@@ -68,6 +69,20 @@ def test_the_slot_advances_on_an_idle_and_on_an_uncaptured_busy_database(capture
     assert _confirmed(cap) >= end > first  # confirmed past WAL that had nothing for us
 
 
+def _locked(path: Path) -> bool:
+    """Whether some process holds a flock on ``path`` (Linux: /proc/locks names its inode)."""
+    try:
+        inode = path.stat().st_ino
+    except FileNotFoundError:
+        return False
+    with open("/proc/locks") as locks:
+        return any(
+            line.split()[1] == "FLOCK" and line.split()[5].endswith(f":{inode}")
+            for line in locks
+            if len(line.split()) > 5
+        )
+
+
 def test_a_second_engine_on_the_same_state_is_refused_but_status_works(capture: Any) -> None:
     cap = capture()
     _items(cap)
@@ -76,8 +91,11 @@ def test_a_second_engine_on_the_same_state_is_refused_but_status_works(capture: 
     try:
         import time
 
+        # The lock file is created before it is locked: wait for the lock itself (read
+        # from /proc/locks, which takes no lock that could race the engine's).
+        lock = cap.directory / "state" / "state.json.lock"
         deadline = time.monotonic() + 20
-        while not (cap.directory / "state" / "state.json.lock").exists():
+        while not _locked(lock):
             assert time.monotonic() < deadline, "the first engine never took the lock"
             time.sleep(0.05)
         assert cap.cli("run", "--until-caught-up") == 1  # refused, with a message
