@@ -378,7 +378,9 @@ PG_CASES = [
         setup=("CREATE TYPE {s}.mood3 AS ENUM ('zz', 'mm', 'aa')",),
     ),
     case(
-        "generated_column",  # not a key type: READ rows and log rows both leave it out
+        # Not a key type: READ rows and log rows both leave it out (PostgreSQL 18, whose
+        # publications init creates publishing stored generated columns: both carry it).
+        "generated_column",
         "int4",
         "1",
         "2",
@@ -1059,51 +1061,96 @@ def test_key_type_snapshots_converge_and_read_keys_equal_log_keys(
     # The final update of every row that was READ and not changed since follows its READ.
     assert read_then_log > 0
     if key.extra:
-        _check_generated_columns(kind, table_events)
+        version = int(cap.sql("SHOW server_version_num")[0][0]) if kind == "postgres" else 0
+        _check_generated_columns(kind, table_events, version)
 
 
-def _check_generated_columns(kind: str, table_events: Sequence[dict[str, Any]]) -> None:
+def _check_generated_columns(
+    kind: str, table_events: Sequence[dict[str, Any]], pg_version: int
+) -> None:
     for event in table_events:
         for row in (event["value"]["before"], event["value"]["after"]):
             if row is None:
                 continue
-            if kind == "postgres":  # the log cannot carry them: READ rows leave them out
-                assert "g" not in row, event
+            if kind == "postgres" and pg_version < 180000:
+                assert "g" not in row, event  # the log cannot carry it: READ rows leave it out
+            elif kind == "postgres":  # 18 publishes it: READ and log rows, with its values
+                assert row["g"] == row["v"] * 2, event
             else:  # the binlog carries them: so do READ rows, with their values
                 assert (row["g"], row["p"]) == (row["v"] * 2, row["v"] * 3), event
 
 
-def test_init_warns_about_generated_columns(pg_url: str, pg_schema: str) -> None:
+def _pg_version(pg_url: str) -> int:
+    with psycopg.connect(pg_url) as conn:
+        row = conn.execute("SHOW server_version_num").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_init_warns_about_generated_columns_the_log_does_not_carry(
+    pg_url: str, pg_schema: str
+) -> None:
+    version = _pg_version(pg_url)
+    virtual = ", tripled int GENERATED ALWAYS AS (x * 3) VIRTUAL" if version >= 180000 else ""
+    unpublished = f"p_{uuid.uuid4().hex[:10]}"  # created as before PostgreSQL 18
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(
             f"CREATE TABLE {_pg_quote(pg_schema)}.gen (id int PRIMARY KEY, x int, "
-            "doubled int GENERATED ALWAYS AS (x * 2) STORED)"
+            f"doubled int GENERATED ALWAYS AS (x * 2) STORED{virtual})"
         )
-    problems = pg_setup.check_prerequisites(
-        pg_url, [TableId(pg_schema, "gen")], f"s_{uuid.uuid4().hex[:10]}"
-    )
-    (problem,) = [p for p in problems if "generated" in p.what]
-    assert problem.severity == "warning"
-    assert f"{pg_schema}.gen" in problem.what and "doubled" in problem.what
-    assert "pgoutput" in problem.what and problem.fix
+        conn.execute(f"CREATE PUBLICATION {unpublished} FOR TABLE {_pg_quote(pg_schema)}.gen")
+    try:
+        for publication in (f"p_{uuid.uuid4().hex[:10]}", unpublished):  # init's, then not
+            problems = pg_setup.check_prerequisites(
+                pg_url, [TableId(pg_schema, "gen")], f"s_{uuid.uuid4().hex[:10]}", publication
+            )
+            (problem,) = [p for p in problems if "generated" in p.what]
+            assert problem.severity == "warning"
+            assert f"{pg_schema}.gen" in problem.what and "pgoutput" in problem.what
+            # 18: the publication init creates publishes the stored one (never a virtual one).
+            carried = version >= 180000 and publication != unpublished
+            assert ("doubled" in problem.what) is not carried, problem
+            assert ("tripled" in problem.what) is bool(virtual), problem
+            republish = f"ALTER PUBLICATION {publication} SET (publish_generated_columns"
+            assert (republish in problem.fix) is (version >= 180000 and not carried), problem
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f"DROP PUBLICATION {unpublished}")
 
 
-def test_a_generated_primary_key_is_refused_when_the_snapshot_starts(
+def test_a_generated_primary_key_the_log_does_not_carry_is_refused_when_the_snapshot_starts(
     pg_url: str, pg_schema: str
 ) -> None:
     from snapshotter.sources.base import TableError
     from snapshotter.sources.postgres.dialect import PostgresDialect
 
+    version = _pg_version(pg_url)
+    unpublished = f"p_{uuid.uuid4().hex[:10]}"  # publishes no generated column
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(
             f"CREATE TABLE {_pg_quote(pg_schema)}.genkey (x int NOT NULL, "
             "k int GENERATED ALWAYS AS (x + 1) STORED PRIMARY KEY, v int)"
         )
-    dialect = PostgresDialect(pg_url, TableId(pg_schema, "sig"), "unused")
+        conn.execute(f"CREATE PUBLICATION {unpublished} FOR TABLE {_pg_quote(pg_schema)}.genkey")
     try:
-        schema = dialect.describe(TableId(pg_schema, "genkey"))
-        assert schema.column_names == ("x", "v")  # as the log has the row
-        with pytest.raises(TableError, match=r"generated column\(s\) k.*surrogate-key"):
-            dialect.snapshot_key(schema, None)
+        dialect = PostgresDialect(pg_url, TableId(pg_schema, "sig"), unpublished)
+        try:
+            schema = dialect.describe(TableId(pg_schema, "genkey"))
+            assert schema.column_names == ("x", "v")  # as the log has the row
+            with pytest.raises(TableError, match=r"generated column\(s\) k.*surrogate-key"):
+                dialect.snapshot_key(schema, None)
+        finally:
+            dialect.close()
+        if version < 180000:
+            return
+        # 18: init's publication (not created yet here) publishes k: a key like another.
+        dialect = PostgresDialect(pg_url, TableId(pg_schema, "sig"), f"p_{uuid.uuid4().hex[:10]}")
+        try:
+            schema = dialect.describe(TableId(pg_schema, "genkey"))
+            assert schema.column_names == ("x", "k", "v")
+            assert dialect.snapshot_key(schema, None) == ("k",)
+        finally:
+            dialect.close()
     finally:
-        dialect.close()
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f"DROP PUBLICATION {unpublished}")

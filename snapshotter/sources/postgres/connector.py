@@ -96,7 +96,9 @@ class PostgresConnector(SqlConnector):
             ]
         finally:
             dialect.close()
-        return SetupCheck(tables, pg_setup.check_prerequisites(engine, tables, source.slot))
+        return SetupCheck(
+            tables, pg_setup.check_prerequisites(engine, tables, source.slot, source.publication)
+        )
 
     def create_capture(self, engine: sa.Engine, tables: Sequence[TableId]) -> Capture:
         """The publication (with the signal table), then the slot: the slot last, as it

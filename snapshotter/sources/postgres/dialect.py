@@ -311,7 +311,8 @@ class PostgresDialect(SqlDialect):
         table = table.with_default_schema(DEFAULT_SCHEMA)
         with self.engine.connect() as conn:
             relation = self._relation(conn, table)
-            columns = self._columns(conn, relation.oid)
+            gencols = pg_setup.publishes_generated_columns(conn, self.publication)
+            columns = self._columns(conn, relation.oid, gencols)
             pk = sa.inspect(conn).get_pk_constraint(table.table, schema=table.schema)
         return TableSchema(table, columns, tuple(pk.get("constrained_columns") or ()))
 
@@ -343,7 +344,7 @@ class PostgresDialect(SqlDialect):
         return str(conn.execute(sa.text("SELECT current_user")).scalar())
 
     @staticmethod
-    def _columns(conn: sa.Connection, oid: int) -> tuple[ColumnInfo, ...]:
+    def _columns(conn: sa.Connection, oid: int, gencols: bool) -> tuple[ColumnInfo, ...]:
         # atttypid as is (a domain keeps its own OID): pgoutput's Relation message sends the
         # same OID, so both paths pick the same loader (text, for a domain).
         rows = conn.execute(
@@ -352,12 +353,13 @@ class PostgresDialect(SqlDialect):
                 "  NOT a.attnotnull AS nullable "
                 "FROM pg_catalog.pg_attribute a "
                 "WHERE a.attrelid = :oid AND a.attnum > 0 AND NOT a.attisdropped "
-                # Generated columns are left out: pgoutput does not carry them, and a READ
-                # row must be the row the log has (pg_setup warns at init).
-                "  AND a.attgenerated = '' "
+                # Generated columns are left out where pgoutput does not carry them (all
+                # before PostgreSQL 18; virtual ones always): a READ row must be the row the
+                # log has (pg_setup warns at init).
+                "  AND (a.attgenerated = '' OR (:gencols AND a.attgenerated = 's')) "
                 "ORDER BY a.attnum"
             ),
-            {"oid": oid},
+            {"oid": oid, "gencols": gencols},
         )
         return tuple(
             ColumnInfo(

@@ -128,10 +128,14 @@ def missing_table_error(table: TableId, user: str) -> TableError:
 
 
 def check_prerequisites(
-    engine_or_url: EngineOrUrl, tables: Sequence[TableId], slot: str
+    engine_or_url: EngineOrUrl,
+    tables: Sequence[TableId],
+    slot: str,
+    publication: str | None = None,
 ) -> list[Problem]:
     """Everything that stops (errors) or endangers (warnings) capture of ``tables`` through
-    ``slot``, each with its fix. An empty list means ready."""
+    ``slot`` (and ``publication``, as it is or as ``init`` would create it), each with its
+    fix. An empty list means ready."""
     with _engine(engine_or_url) as engine, engine.connect() as conn:
         problems = [
             *_check_wal_level(conn),
@@ -141,8 +145,10 @@ def check_prerequisites(
             *_check_wal_senders(conn),
             *_check_wal_keep(conn),
         ]
+        gencols = publishes_generated_columns(conn, publication)
         for table in tables:
-            problems.extend(_check_table(conn, table.with_default_schema(DEFAULT_SCHEMA)))
+            table = table.with_default_schema(DEFAULT_SCHEMA)
+            problems.extend(_check_table(conn, table, publication, gencols))
         return problems
 
 
@@ -324,7 +330,9 @@ def _check_wal_keep(conn: sa.Connection) -> list[Problem]:
     ]
 
 
-def _check_table(conn: sa.Connection, table: TableId) -> list[Problem]:
+def _check_table(
+    conn: sa.Connection, table: TableId, publication: str | None, gencols: bool
+) -> list[Problem]:
     oid = table_oid(conn, table)
     if oid is None:
         user = str(conn.execute(sa.text("SELECT current_user")).scalar_one())
@@ -338,35 +346,69 @@ def _check_table(conn: sa.Connection, table: TableId) -> list[Problem]:
     ).scalar_one()
     return [
         *(_identity_problem(table, has_pk, leaf) for leaf in _identity_gaps(conn, oid, has_pk)),
-        *_generated_columns_problem(conn, table, oid),
+        *_generated_columns_problem(conn, table, oid, publication, gencols),
     ]
 
 
-def generated_columns(conn: sa.Connection, oid: int) -> list[str]:
-    """The table's ``GENERATED ALWAYS AS (...) STORED`` columns, in table order."""
+def generated_columns(conn: sa.Connection, oid: int, published: bool = False) -> list[str]:
+    """The table's generated columns the log does not carry, in table order: all of them, or
+    (``published``: a publication with ``publish_generated_columns = stored``) the virtual
+    ones, which no PostgreSQL version publishes."""
     rows = conn.execute(
         sa.text(
             "SELECT a.attname FROM pg_catalog.pg_attribute a WHERE a.attrelid = :oid "
-            "AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated <> '' ORDER BY a.attnum"
+            "AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated <> '' "
+            "AND NOT (:published AND a.attgenerated = 's') ORDER BY a.attnum"
         ),
-        {"oid": oid},
+        {"oid": oid, "published": published},
     )
     return [str(r.attname) for r in rows]
 
 
-def _generated_columns_problem(conn: sa.Connection, table: TableId, oid: int) -> list[Problem]:
-    columns = generated_columns(conn, oid)
+def server_version(conn: sa.Connection) -> int:
+    """``server_version_num``: 180006 for 18.6."""
+    return int(_setting(conn, "server_version_num"))
+
+
+def publishes_generated_columns(conn: sa.Connection, publication: str | None) -> bool:
+    """Whether ``publication`` carries stored generated columns in the log (PostgreSQL 18's
+    ``publish_generated_columns = stored``); one not created yet: whether ``init`` would
+    create it so (on 18 and later it does)."""
+    if server_version(conn) < 180000:
+        return False
+    if publication is None:
+        return True
+    published = conn.execute(
+        sa.text("SELECT pubgencols = 's' FROM pg_catalog.pg_publication WHERE pubname = :p"),
+        {"p": publication},
+    ).scalar_one_or_none()
+    return True if published is None else bool(published)
+
+
+def _generated_columns_problem(
+    conn: sa.Connection, table: TableId, oid: int, publication: str | None, gencols: bool
+) -> list[Problem]:
+    columns = generated_columns(conn, oid, gencols)
     if not columns:
         return []
-    names = ", ".join(columns)
+    fix = (
+        "compute them where the events are consumed, or make them plain columns filled by "
+        "a trigger if the events must carry them"
+    )
+    stored = set(columns) - set(generated_columns(conn, oid, published=True))
+    if stored and publication is not None and server_version(conn) >= 180000:
+        fix = (
+            f"stored ones: ALTER PUBLICATION {quote_name(publication)} SET "
+            "(publish_generated_columns = stored); then the log and READ rows carry them; "
+            f"virtual ones: {fix}"
+        )
     return [
         Problem(
-            f"table {table} has generated columns ({names}): PostgreSQL's logical "
-            "replication (pgoutput) does not carry generated columns, so snapshotter leaves "
-            "them out of snapshot (READ) rows too: no event or landed row holds them (and a "
-            "primary key that includes one cannot be snapshotted)",
-            "compute them where the events are consumed, or make them plain columns "
-            "filled by a trigger if the events must carry them",
+            f"table {table} has generated columns ({', '.join(columns)}) that PostgreSQL's "
+            "logical replication (pgoutput) does not carry, so snapshotter leaves them out "
+            "of snapshot (READ) rows too: no event or landed row holds them (and a primary "
+            "key that includes one cannot be snapshotted)",
+            fix,
             "warning",
         )
     ]
@@ -607,9 +649,11 @@ def _create_publication(
 ) -> PublicationChange:
     _table_oids(conn, tables)  # a clear error for a missing table
     members = f" FOR TABLE {', '.join(quote_table(t) for t in tables)}" if tables else ""
+    # PostgreSQL 18 can log stored generated columns: then READ rows carry them too.
+    gencols = ", publish_generated_columns = stored" if server_version(conn) >= 180000 else ""
     statement = (
         f"CREATE PUBLICATION {quote_name(publication)}{members} "
-        "WITH (publish_via_partition_root = true)"
+        f"WITH (publish_via_partition_root = true{gencols})"
     )
     _execute_as_is(conn, statement)
     return PublicationChange(publication, True, tuple(tables), (statement,))
