@@ -128,11 +128,23 @@ class PrivateServer:
     def down(self) -> None:
         self._services("down")
 
+    def _server_dir(self) -> Path:
+        """Where scripts/services keeps this server: ``postgres-18`` for a version other than
+        the default one (SNAPSHOTTER_PG_VERSION, SNAPSHOTTER_MYSQL_VERSION: scripts/matrix)."""
+        variable, default = (
+            ("SNAPSHOTTER_PG_VERSION", "15")
+            if self.service == "postgres"
+            else ("SNAPSHOTTER_MYSQL_VERSION", "10.11")
+        )
+        version = self.env.get(variable, "")
+        suffix = f"-{version}" if version not in ("", default) else ""
+        return self.directory / f"{self.service}{suffix}"
+
     def _pid(self) -> int:
         if self.service == "postgres":
-            pidfile = self.directory / "postgres" / "data" / "postmaster.pid"
+            pidfile = self._server_dir() / "data" / "postmaster.pid"
             return int(pidfile.read_text().splitlines()[0])
-        return int((self.directory / "mysql" / "run" / "mysqld.pid").read_text().strip())
+        return int((self._server_dir() / "run" / "mysqld.pid").read_text().strip())
 
     def kill(self) -> None:
         """PostgreSQL: an immediate shutdown (SIGQUIT to the postmaster: every backend dies at

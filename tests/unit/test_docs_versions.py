@@ -1,0 +1,28 @@
+"""docs/sources.md's version table is the matrix's own (tests/matrix.py), not a copy by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.matrix import SERVERS, SLICES, table
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "sources.md"
+
+
+def test_the_docs_version_table_is_the_matrix_table() -> None:
+    text = DOCS.read_text()
+    begin, end = "<!-- versions: begin -->\n", "\n<!-- versions: end -->"
+    assert begin in text and end in text, "docs/sources.md lost its version table markers"
+    documented = text[text.index(begin) + len(begin) : text.index(end)]
+    assert documented == table(), "run scripts/matrix --table and paste it into docs/sources.md"
+
+
+def test_the_matrix_names_the_pinned_builds_and_ci_has_the_oldest_and_newest_postgres() -> None:
+    postgres = [s for s in SERVERS if s.kind == "postgres"]
+    assert [s.version for s in postgres] == ["14", "15", "16", "17", "18"]
+    assert postgres[0].ci and postgres[-1].ci
+    assert all(s.label.split()[-1].startswith(s.version) for s in postgres)
+    assert any(s.kind == "mysql" and not s.default and s.ci for s in SERVERS)
+    # Each slice's selection is limited to its own files (a -k applies to every file).
+    for piece in SLICES:
+        assert all(Path(f).stem in piece.selection("postgres") for f in piece.files)
