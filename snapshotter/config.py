@@ -119,6 +119,9 @@ class SourceConfig(_Section):
     read_parallelism: int = Field(default=2, ge=1, le=16)
     slot: str = Field(default="snapshotter", pattern=r"^[a-z0-9_]{1,63}$")
     publication: str = Field(default="snapshotter", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+    # PostgreSQL 17+: `init` creates the slot with failover = true, so a standby that syncs
+    # slots (sync_replication_slots) keeps it through a failover.
+    failover_slot: bool = False
     # MySQL: the server id the binlog client registers with. It must differ from the
     # server's and every other replica's (a second client with the same id disconnects the
     # first). Unset: a random id in 5400..6399 per run, as Debezium picks.

@@ -3,7 +3,7 @@ started, which tests run on it, and which of them CI runs. One definition for th
 (``scripts/matrix``), for CI (``scripts/matrix --ci``) and for the table in docs/sources.md
 (``scripts/matrix --table``; tests/unit/test_docs_versions.py keeps the two equal).
 
-    scripts/matrix                  every version below, its whole slice
+    scripts/matrix                  every version below but the defaults, its whole slice
     scripts/matrix --ci             the versions CI runs besides the defaults
     scripts/matrix pg14 mariadb11.4 the versions named
     scripts/matrix pg18 -- -x -p no:cacheprovider   pytest's arguments after --
@@ -36,6 +36,10 @@ class Slice:
     name: str
     files: tuple[str, ...]
     select: str  # a pytest -k expression; {kind} is the server kind ("postgres", "mysql")
+    kinds: tuple[str, ...] = ("postgres", "mysql")  # the kinds of server it runs on
+
+    def applies(self, kind: str) -> bool:
+        return kind in self.kinds
 
     def selection(self, kind: str) -> str:
         """``select`` for ``kind``, limited to the slice's own files (a -k expression applies
@@ -51,8 +55,12 @@ SLICES = (
         # JSONL: the Spark sink's path past the decoder is the same on every version.
         "{kind} and test_converges_under_a_concurrent_random_writer and not reads",
     ),
+    Slice("key types", ("tests/integration/test_key_types.py",), "{kind}"),
     Slice(
-        "key types", ("tests/integration/test_key_types.py",), "{kind} or the_log_does_not_carry"
+        "postgres setup",  # generated columns (18 publishes them), failover slots (17+)
+        ("tests/integration/test_key_types.py", "tests/integration/test_pg_failover_slot.py"),
+        "the_log_does_not_carry or failover",
+        kinds=("postgres",),
     ),
     Slice(
         "faults",
@@ -143,50 +151,85 @@ def table() -> str:
     return "\n".join(rows)
 
 
-def slice_text() -> str:
-    """What a version's slice runs, for the docs."""
-    return "; ".join(
-        f'{s.name}: `{" ".join(Path(f).name for f in s.files)} -k "{s.select}"`' for s in SLICES
-    )
-
-
-def _up(server: Server, env: dict[str, str]) -> str:
+def _services(action: str, server: Server, env: dict[str, str]) -> str:
+    """``scripts/services <action> <service>`` for ``server``; its last line (a URL for up)."""
     done = subprocess.run(
-        [str(REPO / "scripts" / "services"), "up", server.service],
+        [str(REPO / "scripts" / "services"), action, server.service],
         env=env,
         capture_output=True,
         text=True,
         check=False,
     )
     if done.returncode != 0:
-        raise SystemExit(f"matrix: {server.label} did not start:\n{done.stderr[-2000:]}")
-    return done.stdout.strip().splitlines()[-1]
+        raise RuntimeError(f"scripts/services {action} failed:\n{done.stderr[-2000:]}")
+    lines = done.stdout.strip().splitlines()
+    return lines[-1] if lines else ""
 
 
-def run(servers: list[Server], pytest_args: list[str]) -> int:
-    """Each server's slice, one pytest run per server; a summary line per server."""
-    results: list[tuple[Server, int, float]] = []
-    for server in servers:
-        # Not the URL of a server already chosen: scripts/services would use it as it is.
-        env = {k: v for k, v in os.environ.items() if k != server.url_variable}
-        if server.variable:
-            env[server.variable] = server.version
-        env[server.url_variable] = _up(server, env)
-        select = " or ".join(s.selection(server.kind) for s in SLICES)
-        files = list(dict.fromkeys(f for s in SLICES for f in s.files))
-        started = time.monotonic()
-        print(f"matrix: {server.label} at {env[server.url_variable]}", flush=True)
-        code = subprocess.call(
+def _environment(server: Server) -> dict[str, str]:
+    """pytest's and scripts/services' environment for ``server``: none of the variables of
+    that kind of server from the caller (a URL would be used as it is, a version or port
+    would start another server under this one's name), then this one's version."""
+    prefix = "SNAPSHOTTER_PG_" if server.kind == "postgres" else "SNAPSHOTTER_MYSQL_"
+    chosen = {prefix + suffix for suffix in ("URL", "VERSION", "PORT")}
+    env = {k: v for k, v in os.environ.items() if k not in chosen}
+    if server.variable:
+        env[server.variable] = server.version
+    return env
+
+
+def _started_version(server: Server, url: str) -> str:
+    """The version the server at ``url`` says it is (checked: the slice tests what it names)."""
+    import sqlalchemy as sa
+
+    query = "SHOW server_version" if server.kind == "postgres" else "SELECT VERSION()"
+    dialect = "postgresql+psycopg" if server.kind == "postgres" else "mysql+pymysql"
+    engine = sa.create_engine(dialect + url[url.index(":") :])
+    try:
+        with engine.connect() as conn:
+            return str(conn.execute(sa.text(query)).scalar_one())
+    finally:
+        engine.dispose()
+
+
+def _slice(server: Server, pytest_args: list[str]) -> int:
+    """Start ``server``, check its version, run its slice, stop it; pytest's exit status."""
+    env = _environment(server)
+    try:
+        url = env[server.url_variable] = _services("up", server, env)
+        version = _started_version(server, url)
+    except Exception as exc:  # any failure to start or to answer is this server's failure
+        print(f"matrix: {server.label} did not start: {exc}", flush=True)
+        return 1
+    try:
+        if not version.startswith(server.version + "."):
+            print(f"matrix: {server.label} expected, {version} answered at {url}", flush=True)
+            return 1
+        select = " or ".join(s.selection(server.kind) for s in SLICES if s.applies(server.kind))
+        files = list(dict.fromkeys(f for s in SLICES if s.applies(server.kind) for f in s.files))
+        print(f"matrix: {server.label} ({version}) at {url}", flush=True)
+        return subprocess.call(
             [sys.executable, "-m", "pytest", *files, "-k", select, *pytest_args],
             env=env,
             cwd=REPO,
         )
-        results.append((server, code, time.monotonic() - started))
+    finally:
+        if not server.default:  # the defaults stay up for the rest of the suite
+            _services("down", server, env)
+
+
+def run(servers: list[Server], pytest_args: list[str]) -> int:
+    """Each server's slice, one pytest run per server; a summary line per server. Nonzero
+    when any slice failed (a pytest killed by a signal too: its status is negative)."""
+    results: list[tuple[Server, int, float]] = []
+    for server in servers:
+        started = time.monotonic()
+        results.append((server, _slice(server, pytest_args), time.monotonic() - started))
     print("\nmatrix summary:")
     for server, code, seconds in results:
         verdict = "passed" if code == 0 else f"FAILED (pytest exit {code})"
         print(f"  {server.label}: {verdict} in {seconds:.0f} s")
-    return max((code for _, code, _ in results), default=0)
+    return 1 if any(code != 0 for _, code, _ in results) else 0
 
 
 def main(argv: list[str] | None = None) -> int:

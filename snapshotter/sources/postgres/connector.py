@@ -97,7 +97,10 @@ class PostgresConnector(SqlConnector):
         finally:
             dialect.close()
         return SetupCheck(
-            tables, pg_setup.check_prerequisites(engine, tables, source.slot, source.publication)
+            tables,
+            pg_setup.check_prerequisites(
+                engine, tables, source.slot, source.publication, source.failover_slot
+            ),
         )
 
     def create_capture(self, engine: sa.Engine, tables: Sequence[TableId]) -> Capture:
@@ -106,7 +109,7 @@ class PostgresConnector(SqlConnector):
         source = self.source
         published = [*tables, source.signal_table_id]
         change = pg_setup.ensure_publication(engine, source.publication, published)
-        slot = pg_setup.ensure_slot(engine, source.slot)
+        slot = pg_setup.ensure_slot(engine, source.slot, source.failover_slot)
         return Capture(
             done=[str(change), f"replication slot {source.slot}: {slot}"],
             created=[("publication", source.publication)] if change.created else [],
@@ -140,7 +143,9 @@ class PostgresConnector(SqlConnector):
         return positions.slot_warnings(slot, facts, saved(), threshold_mb, config)
 
     def move_to_log_end(self, engine: sa.Engine, dialect: Dialect) -> NewStart:
-        return positions.move_to_log_end(engine, self.source.slot, self.source.publication)
+        return positions.move_to_log_end(
+            engine, self.source.slot, self.source.publication, self.source.failover_slot
+        )
 
     # --- snapshotter teardown -------------------------------------------------------------
 

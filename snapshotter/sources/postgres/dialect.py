@@ -374,15 +374,17 @@ class PostgresDialect(SqlDialect):
 
     def snapshot_key(self, schema: TableSchema, surrogate_key: str | None) -> tuple[str, ...]:
         if surrogate_key is None:
-            # describe leaves generated columns out: a key column missing is one.
+            # describe leaves out generated columns the log does not carry: a key column
+            # missing is one.
             generated = [k for k in schema.primary_key if k not in schema.column_names]
             if generated:
-                raise TableError(_generated_key(schema.table, generated))
+                raise TableError(_generated_key(schema.table, generated, self.publication))
             if not schema.primary_key:
                 raise TableError(_no_primary_key(schema.table))
             # (A surrogate key requires FULL already: _check_surrogate_key.)
             with self.engine.connect() as conn:
-                pg_setup.check_toast_identity(conn, schema.table)
+                gencols = pg_setup.publishes_generated_columns(conn, self.publication)
+                pg_setup.check_toast_identity(conn, schema.table, gencols)
             return schema.primary_key
         self._check_surrogate_key(schema, surrogate_key)
         return (surrogate_key,)
@@ -800,12 +802,14 @@ def _check_relation(table: TableId, relation: _Relation, user: str) -> None:
         )
 
 
-def _generated_key(table: TableId, columns: Sequence[str]) -> str:
+def _generated_key(table: TableId, columns: Sequence[str], publication: str) -> str:
     return (
         f"table {table}: its primary key includes the generated column(s) "
-        f"{', '.join(columns)}, which PostgreSQL's log (pgoutput) does not carry, so log "
+        f"{', '.join(columns)}, which PostgreSQL's log (pgoutput) does not carry here, so log "
         "events could not be matched with snapshot rows; name a unique NOT NULL column that "
-        'is not generated to page by, with "surrogate-key" in the execute-snapshot signal'
+        'is not generated to page by, with "surrogate-key" in the execute-snapshot signal '
+        "(PostgreSQL 18, stored columns: or ALTER PUBLICATION "
+        f"{pg_setup.quote_name(publication)} SET (publish_generated_columns = stored))"
     )
 
 

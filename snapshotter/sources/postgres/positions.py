@@ -150,7 +150,9 @@ def problem_now(engine: sa.Engine, slot: str, resume: Mapping[str, Any]) -> str 
     return slot_problem(slot, slot_facts(engine, slot), int(resume["lsn"]))
 
 
-def move_to_log_end(engine: sa.Engine, slot: str, publication: str) -> NewStart:
+def move_to_log_end(
+    engine: sa.Engine, slot: str, publication: str, failover: bool = False
+) -> NewStart:
     """Drop the slot if it exists (never an active one), create it again (after the
     publication, which must exist): the stream starts at the WAL's current end."""
     with engine.connect() as conn:
@@ -171,7 +173,7 @@ def move_to_log_end(engine: sa.Engine, slot: str, publication: str) -> NewStart:
             why = "it had no position"
         drop_slot(engine, slot)
         done.append(f"replication slot {slot}: dropped ({why})")
-    pg_setup.ensure_slot(engine, slot)
+    pg_setup.ensure_slot(engine, slot, failover)
     created = slot_facts(engine, slot)
     if created is None or created.confirmed_flush_lsn is None:
         raise SetupError(f"replication slot {slot} was created but has no position")

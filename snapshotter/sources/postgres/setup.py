@@ -132,6 +132,7 @@ def check_prerequisites(
     tables: Sequence[TableId],
     slot: str,
     publication: str | None = None,
+    failover: bool = False,
 ) -> list[Problem]:
     """Everything that stops (errors) or endangers (warnings) capture of ``tables`` through
     ``slot`` (and ``publication``, as it is or as ``init`` would create it), each with its
@@ -142,6 +143,7 @@ def check_prerequisites(
             *_check_role(conn),
             *check_filter_reach(conn),
             *_check_slot(conn, slot),
+            *_check_failover(conn, slot, failover),
             *_check_wal_senders(conn),
             *_check_wal_keep(conn),
         ]
@@ -277,6 +279,38 @@ def _check_slot(conn: sa.Connection, slot: str) -> list[Problem]:
     ]
 
 
+def _check_failover(conn: sa.Connection, slot: str, failover: bool) -> list[Problem]:
+    """``[source] failover_slot``: PostgreSQL 17 or later; an existing slot made without it
+    cannot be changed to it by SQL."""
+    if not failover:
+        return []
+    version = server_version(conn)
+    if version < 170000:
+        return [
+            Problem(
+                f"failover_slot = true needs PostgreSQL 17 or later (failover slots); this "
+                f"server is {version // 10000}",
+                "set [source] failover_slot = false (after a failover: init and a new "
+                "snapshot), or upgrade the server",
+            )
+        ]
+    made = conn.execute(
+        sa.text("SELECT failover FROM pg_catalog.pg_replication_slots WHERE slot_name = :s"),
+        {"s": slot},
+    ).scalar_one_or_none()
+    if made is None or made:
+        return []
+    return [
+        Problem(
+            f"replication slot {slot!r} exists without failover, so a standby will not keep "
+            "it (failover_slot = true applies to slots init creates)",
+            f"teardown, then init again (a new snapshot), or SELECT pg_drop_replication_slot("
+            f"{_literal(slot)}); before init",
+            "warning",
+        )
+    ]
+
+
 def _check_existing_slot(
     slot: str, slot_type: str, plugin: str | None, database: str | None, here: str
 ) -> list[Problem]:
@@ -345,7 +379,10 @@ def _check_table(
         {"oid": oid},
     ).scalar_one()
     return [
-        *(_identity_problem(table, has_pk, leaf) for leaf in _identity_gaps(conn, oid, has_pk)),
+        *(
+            _identity_problem(table, has_pk, leaf)
+            for leaf in _identity_gaps(conn, oid, has_pk, gencols)
+        ),
         *_generated_columns_problem(conn, table, oid, publication, gencols),
     ]
 
@@ -395,12 +432,12 @@ def _generated_columns_problem(
         "compute them where the events are consumed, or make them plain columns filled by "
         "a trigger if the events must carry them"
     )
-    stored = set(columns) - set(generated_columns(conn, oid, published=True))
-    if stored and publication is not None and server_version(conn) >= 180000:
+    virtual = set(generated_columns(conn, oid, published=True))
+    if set(columns) - virtual and publication is not None and server_version(conn) >= 180000:
         fix = (
             f"stored ones: ALTER PUBLICATION {quote_name(publication)} SET "
-            "(publish_generated_columns = stored); then the log and READ rows carry them; "
-            f"virtual ones: {fix}"
+            "(publish_generated_columns = stored); then the log and READ rows carry them"
+            + (f"; virtual ones: {fix}" if virtual else "")
         )
     return [
         Problem(
@@ -432,14 +469,18 @@ class Storage:
         return bool(self.toast_columns)
 
 
-def storage_tables(conn: sa.Connection, oid: int) -> list[Storage]:
-    """The table itself when it is a plain table, else its leaf partitions."""
+def storage_tables(conn: sa.Connection, oid: int, gencols: bool = True) -> list[Storage]:
+    """The table itself when it is a plain table, else its leaf partitions. Their TOAST-able
+    columns are those the log carries: not virtual generated ones, nor stored ones unless
+    ``gencols`` (a publication that publishes them; not known: counted, to be safe)."""
     rows = conn.execute(
         sa.text(
             "SELECT n.nspname, c.relname, c.relreplident, ARRAY("
             "  SELECT CAST(a.attname AS text) FROM pg_catalog.pg_attribute a "
             "  WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
-            f"   AND {_TOASTABLE} ORDER BY a.attnum) AS toast_columns "
+            f"   AND {_TOASTABLE} "
+            "   AND (a.attgenerated = '' OR (:gencols AND a.attgenerated = 's')) "
+            "  ORDER BY a.attnum) AS toast_columns "
             "FROM pg_catalog.pg_class c "
             "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
             "WHERE c.relkind <> 'p' AND c.oid IN ("
@@ -448,16 +489,17 @@ def storage_tables(conn: sa.Connection, oid: int) -> list[Storage]:
             "  WHERE t.isleaf UNION ALL SELECT CAST(:oid AS oid)) "
             "ORDER BY n.nspname, c.relname"
         ),
-        {"oid": oid},
+        {"oid": oid, "gencols": gencols},
     )
     return [
         Storage(TableId(r.nspname, r.relname), r.relreplident, tuple(r.toast_columns)) for r in rows
     ]
 
 
-def _identity_gaps(conn: sa.Connection, oid: int, has_pk: bool) -> list[Storage]:
+def _identity_gaps(conn: sa.Connection, oid: int, has_pk: bool, gencols: bool) -> list[Storage]:
     """Storage that lacks REPLICA IDENTITY FULL although it needs it."""
-    return [s for s in storage_tables(conn, oid) if not s.full and (s.toastable or not has_pk)]
+    storage = storage_tables(conn, oid, gencols)
+    return [s for s in storage if not s.full and (s.toastable or not has_pk)]
 
 
 def _identity_problem(table: TableId, has_pk: bool, leaf: Storage) -> Problem:
@@ -492,7 +534,7 @@ def _identity_problem(table: TableId, has_pk: bool, leaf: Storage) -> Problem:
 _IDENTITY_NAMES = {"d": "DEFAULT", "n": "NOTHING", "i": "USING INDEX", "f": "FULL"}
 
 
-def check_toast_identity(conn: sa.Connection, table: TableId) -> None:
+def check_toast_identity(conn: sa.Connection, table: TableId, gencols: bool = True) -> None:
     """TableError when ``table`` (or a leaf partition of it) has TOAST-able columns and its
     replica identity is not FULL: an in-window UPDATE would then carry the placeholder
     instead of the value, and replace the chunk row that held it (the chunk row is dropped
@@ -501,7 +543,7 @@ def check_toast_identity(conn: sa.Connection, table: TableId) -> None:
     if oid is None:
         user = str(conn.execute(sa.text("SELECT current_user")).scalar_one())
         raise missing_table_error(table, user)
-    gaps = [s for s in storage_tables(conn, oid) if not s.full and s.toastable]
+    gaps = [s for s in storage_tables(conn, oid, gencols) if not s.full and s.toastable]
     if gaps:
         raise TableError(toast_refusal(table, gaps))
 
@@ -697,8 +739,9 @@ def _is_partitioned(conn: sa.Connection, table: TableId) -> bool:
 # --- replication slot ----------------------------------------------------------------------
 
 
-def ensure_slot(engine_or_url: EngineOrUrl, slot: str) -> SlotState:
-    """Create the logical ``pgoutput`` slot unless it exists. Create the publication first.
+def ensure_slot(engine_or_url: EngineOrUrl, slot: str, failover: bool = False) -> SlotState:
+    """Create the logical ``pgoutput`` slot unless it exists (``failover``: one a standby
+    that syncs slots keeps, PostgreSQL 17+). Create the publication first.
 
     Creating a slot waits for transactions already running to finish (it needs a consistent
     starting point), so a long-open transaction delays it.
@@ -713,10 +756,13 @@ def ensure_slot(engine_or_url: EngineOrUrl, slot: str) -> SlotState:
             return "existing"
         # A slot cannot be created in a transaction that has written anything: autocommit.
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            conn.execute(
-                sa.text("SELECT pg_create_logical_replication_slot(:slot, 'pgoutput')"),
-                {"slot": slot},
+            # 17's signature: (name, plugin, temporary, twophase, failover).
+            created = (
+                "SELECT pg_create_logical_replication_slot(:slot, 'pgoutput', false, false, true)"
+                if failover
+                else "SELECT pg_create_logical_replication_slot(:slot, 'pgoutput')"
             )
+            conn.execute(sa.text(created), {"slot": slot})
         return "created"
 
 
