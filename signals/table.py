@@ -16,8 +16,6 @@ from signals.model import Signal, SignalError, SignalType, Watermark, WatermarkK
 from signals.names import TableId
 from signals.parser import parse_signal
 
-DEFAULT_SIGNAL_TABLE = "debezium_signal"
-
 
 def signal_table(name: TableId) -> sa.Table:
     """The Debezium-compatible signal table (``id varchar(42)``, ``type varchar(32)``, ``data``)."""

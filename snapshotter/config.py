@@ -61,7 +61,6 @@ NOT_FINITE = "not a finite number (nan and inf are refused); give a number"
 # Spanner: a PostgreSQL-dialect database's default schema is "public"; GoogleSQL's default
 # schema has no name, and is called "public" here too (docs/spanner.md).
 DEFAULT_SCHEMA = {"postgres": "public", "spanner": "public"}
-SOURCE_KINDS = ("postgres", "mysql", "spanner")
 DEFAULT_JSONL = "snapshotter-events.jsonl"
 _URL_EXAMPLES = {
     "postgres": "postgresql://USER:PASSWORD@HOST:PORT/DATABASE",

@@ -17,7 +17,6 @@ class EngineStats:
     log_transactions: int = 0  # commits handed over
     last_commit_ts_ms: int = 0  # the source's commit time of the newest commit handed over
     last_commit_seen_at: float = 0.0  # wall clock when that commit reached the engine
-    last_checkpoint_at: float = 0.0  # wall clock of the newest durable checkpoint (0: none)
     chunks_closed: int = 0
     # Errors by kind: "signal" (a signal the engine could not act on), "snapshot" (a table's
     # snapshot failed), "source_retry" (a transient source failure retried).

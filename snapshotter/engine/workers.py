@@ -23,7 +23,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from signals.model import WatermarkKind
@@ -93,7 +93,6 @@ class TableStarted:
     schema: TableSchema
     key_columns: tuple[str, ...]
     max_key: Key | None
-    added_to_capture: list[TableId] = field(default_factory=list)
     # The database's estimate of the table's rows (None: unknown, or on resume).
     estimated_rows: int | None = None
 
@@ -323,12 +322,12 @@ def _start(dialect: Dialect, task: StartTask) -> TableStarted:
     key_columns = dialect.snapshot_key(schema, task.surrogate_key)
     # The log must carry the table before its first chunk, or in-window changes would be
     # missed: add it to the capture (publication) first. Committed when this returns.
-    added = dialect.ensure_captured([task.table])
+    dialect.ensure_captured([task.table])
     if task.known_max_key:  # resumed: the estimate taken at the start is in state
-        return TableStarted(task, schema, tuple(key_columns), None, added)
+        return TableStarted(task, schema, tuple(key_columns), None)
     max_key = dialect.max_key(schema, key_columns, task.condition)
     estimate = _estimated_rows(dialect, schema)
-    return TableStarted(task, schema, tuple(key_columns), max_key, added, estimate)
+    return TableStarted(task, schema, tuple(key_columns), max_key, estimate)
 
 
 def _estimated_rows(dialect: Dialect, schema: TableSchema) -> int | None:

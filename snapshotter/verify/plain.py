@@ -3,10 +3,11 @@
 
 ``Lander.current_state`` merges the base with the changelog tail and reads only the base the
 metadata names; a reader that knows nothing of snapshotter reads the directory as it is.
-Issue 26: after a crash inside a compaction, ``spark.read.parquet(current)`` read a 20,000-row
-table as 40,000 rows (two bases) while verify, reading the merged view, said converged; and
-pyarrow and pandas read 0 rows of every table (they skip directories whose names start with
-``_``). So verify also reads ``current/`` the way they do, with their default options:
+Why: after a crash inside a compaction, before this check, ``spark.read.parquet(current)``
+read a 20,000-row table as 40,000 rows (two bases) while verify, reading the merged view,
+said converged; and pyarrow and pandas read 0 rows of every table (they skip directories
+whose names start with ``_``). So verify also reads ``current/`` the way they do, with their
+default options:
 
 * ``spark.read.parquet(<table>/current)`` (Delta: Spark's Delta reader is what
   ``current_state`` reads already; ``deltalake``, when installed, is read like pyarrow);

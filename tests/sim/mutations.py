@@ -23,7 +23,7 @@ caught only when a seed fails on one of them, never when the engine merely raise
   not only over the contiguous prefix of them.
 * ``resume-from-start`` (core/spans.py): a resumed snapshot pages from the table's start
   instead of from its last durable key (rows read twice, for nothing).
-* ``output-barrier`` (engine.py, rule 5): READ batches are handed to the sink after the log
+* ``output-barrier`` (engine/loop.py, rule 5): READ batches are handed to the sink after the log
   events that followed their close watermark in the same read.
 """
 

@@ -2,7 +2,7 @@
 
 ``SimPool`` is a ``snapshotter.engine.workers.WorkerPool``: the engine submits, polls, cancels
 and stops as it does with ``ChunkWorkers``. Each task runs the real chunk-worker code
-(``chunk_worker.run_task``: describe and max key, chunk bound, open watermark, SELECT, close
+(``engine.workers.run_task``: describe and max key, chunk bound, open watermark, SELECT, close
 watermark, and the failure classification) on that worker's ``SimDialect``; its phase hooks
 hand control back to the scheduler, which runs other actions there (writer transactions, log
 delivery, engine steps, other workers, acknowledgements, crashes) before the task goes on.

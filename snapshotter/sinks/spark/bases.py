@@ -5,10 +5,10 @@ A base is a set of files directly in ``current/``, each named ``<base>.<file>``,
 ``<base>`` is ``base-<batch, 12 digits>`` (``-<tag>`` after it when a compaction at the
 batch the base is already named after writes beside it): its bucket files
 (``<base>.bucket-00003.parquet``, ``formats.parquet``), the files of READ rows appended to it
-(``<base>.b<batch, 12 digits>-<uuid>.parquet``), or, written before issue 27, Spark's part
+(``<base>.b<batch, 12 digits>-<uuid>.parquet``), or, in an earlier layout, Spark's part
 files of a compaction (``base-000000000012.part-00000-<uuid>-c000.snappy.parquet``).
 Flat, because that is the one layout every plain reader reads whole with its default
-options (issue 26):
+options:
 
 * ``spark.read.parquet(current)`` reads the files of ``current/`` and of partition
   directories (``name=value``) only: a plain subdirectory is not read at all (0 files:
@@ -22,9 +22,9 @@ A compaction (``formats.parquet``) has Spark write the buckets it replaces into
 into place. What a crash leaves of a base the metadata does not name are *strays*
 (``remove_strays``), all of whose rows the changelog holds.
 
-Older layouts stay recognised, as the base a table's metadata names and as strays to
-remove: a directory ``current/__base=<batch>`` (issues 19 to 25) or ``current/v=<batch>``
-(before). A table whose base is of an older layout is rewritten at its next compaction
+Older layouts stay recognised, as the base a table's metadata names and as strays to remove:
+a directory ``current/__base=<batch>`` or (older still) ``current/v=<batch>``. A table whose
+base is of an older layout is rewritten at its next compaction
 (``Lander.compaction_due``).
 """
 
@@ -62,7 +62,7 @@ def base_name_for(batch: int) -> str:
 
 
 def legacy_base_dir(batch: int) -> str:
-    """The directory of a base written before issue 19 (metadata without ``base_dir``)."""
+    """The directory of a base of the first layout (metadata without ``base_dir``)."""
     return f"v={batch:012d}"
 
 

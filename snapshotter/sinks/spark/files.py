@@ -2,7 +2,7 @@
 
 A staged batch is already Parquet in the landed schema, so landing it into the Parquet
 changelog is a copy (``formats.parquet_changelog``): pyarrow does it in milliseconds, where
-a Spark job costs a JVM second or more (measured in the note of issue 16). Spark reads these
+a Spark job costs a JVM second or more. Spark reads these
 files as it reads its own: the same Parquet types (INT64 microsecond timestamps, UTC-adjusted
 or not; decimals; UTF-8 strings; 3-level lists).
 

@@ -142,11 +142,11 @@ class TableMeta:
     # parquet: the base's name: ``base-<base>``, its files ``current/base-<base>.*`` (a
     # compaction at the batch the base is already named after writes beside it,
     # ``base-<base>-<tag>``, never over what it reads); a directory of an older layout:
-    # ``__base=<base>`` (issues 19 to 25), and None: ``v=<base>`` (sinks.spark.bases)
+    # ``__base=<base>`` (an earlier layout), and None: ``v=<base>`` (sinks.spark.bases)
     base_dir: str | None = None
     unavailable_columns: list[str] = field(default_factory=list)  # ever landed unavailable
-    # parquet: the bucket count of a bucketed base (None: not bucketed, a layout before
-    # issue 27), the truncate its last compaction applied, and a compaction committed but
+    # parquet: the bucket count of a bucketed base (None: not bucketed, an earlier
+    # layout), the truncate its last compaction applied, and a compaction committed but
     # not wholly in place (``formats.parquet.Pending``, rolled forward by ``_writing``)
     buckets: int | None = None
     compacted_truncate: str | None = None
@@ -392,8 +392,8 @@ class Lander:
     def compaction_due(self, meta: TableMeta, *, idle: bool = False) -> bool:
         """Whether the tail is worth folding into a new base: while landing, once it reaches
         ``compact_ratio`` of the base and ``compact_min_rows``; when idle (the sink closes),
-        any tail is, so ``current/`` is a plain, exact table after a run (issue 19: a tail
-        below the ratio left a plain reader thousands of rows behind), and so is a base of
+        any tail is, so ``current/`` is a plain, exact table after a run (a tail below the
+        ratio would leave a plain reader thousands of rows behind), and so is a base of
         an older layout (``sinks.spark.bases``)."""
         if self.format != "parquet" or meta.format != "parquet":
             return False

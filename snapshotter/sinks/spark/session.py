@@ -44,7 +44,7 @@ LOCAL_CONF = {
     "spark.driver.bindAddress": "127.0.0.1",
     # The JVM's first optimizing tier only: Spark's jobs here are short (compactions,
     # verify), and the second tier's compiler threads cost ~6 JVM CPU-seconds per process
-    # before they pay off (issue 16: a first compaction of 400k rows 15.8 -> 9.7 s, a
+    # before they pay off (measured: a first compaction of 400k rows 15.8 -> 9.7 s, a
     # warm one of 1.2M rows 7.3 -> 7.1 s).
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
 }

@@ -468,10 +468,6 @@ def events_to_landed(
     return pa.Table.from_arrays([*arrays, *meta, before], schema=landed_schema(schema))
 
 
-def empty_landed(schema: TableSchema) -> pa.Table:
-    return landed_schema(schema).empty_table()
-
-
 __all__ = [
     "BASE_PARTITION",
     "BATCH",

@@ -3,8 +3,8 @@
 The ADBC PostgreSQL driver (``adbc-driver-postgresql``: libpq and C) parses the server's
 binary results into Arrow columns; no Python object is made per value. Measured on a
 200k-row, 6-column table in 4096-row chunks (``bench/chunk_read_bench.py``), CPU time of
-this process: about 3x less than psycopg with the text loaders (the chunk read before
-issue 16), 2x less than psycopg's binary format with its C loaders, 5x less than psycopg's
+this process: about 3x less than psycopg with the text loaders (the chunk read this
+replaced), 2x less than psycopg's binary format with its C loaders, 5x less than psycopg's
 ``COPY ... (FORMAT BINARY)`` rows.
 
 A READ row must equal the log row of the same stored row, and pgoutput sends each value as

@@ -130,7 +130,6 @@ class PgLogReader:
         self._lost_since: float | None = None  # the current outage began
         self._retry_at = 0.0
         self._delay = RECONNECT_FIRST_S
-        self._last_error = ""
         # What outages cost (for logs and tests): losses, seconds without a stream, items the
         # server sent again and that were dropped.
         self.reconnects = 0
@@ -278,7 +277,6 @@ class PgLogReader:
                 f"publication {self._publication!r}) failed: {message}"
             )
         now = time.monotonic()
-        self._last_error = message
         if self._lost_since is None:
             self._lost_since = now
             self._delay = RECONNECT_FIRST_S
@@ -314,7 +312,6 @@ class PgLogReader:
                     f"was lost: {message}"
                 ) from None
             now = time.monotonic()
-            self._last_error = message
             if now - lost_since >= self._reconnect_for and exc.sqlstate == _SLOT_IN_USE:
                 raise PgReaderError(self._in_use(self._slot_holder(), exc)) from None
             if now - lost_since >= self._reconnect_for:

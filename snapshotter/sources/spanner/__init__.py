@@ -1,1 +1,1 @@
-"""Cloud Spanner: change streams (work in progress, issue 20)."""
+"""Cloud Spanner: snapshots and change streams (docs/spanner.md)."""

@@ -26,7 +26,7 @@ partitions should be queried, and from when.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -253,28 +253,3 @@ class PartitionMerger:
             merger._waiting[child.token] = child
         merger._done.update(t for t in saved["done"] if t not in merger._live)
         return merger
-
-
-def merge_all(
-    events: Sequence[tuple[str, str, Any]], roots: Mapping[str, int]
-) -> list[tuple[RecordKey, Any]]:
-    """A helper for tests and tools: feed ``events`` (token, kind, value) in the given
-    order to a new merger with ``roots``; the merged records."""
-    merger = PartitionMerger()
-    for token, start in roots.items():
-        merger.add_root(token, start)
-    out: list[tuple[RecordKey, Any]] = []
-    for token, kind, value in events:
-        if kind == "data":
-            key, payload = value
-            merger.data(token, key, payload)
-        elif kind == "heartbeat":
-            merger.heartbeat(token, value)
-        elif kind == "children":
-            start, children = value
-            merger.child_partitions(token, start, children)
-        elif kind == "finished":
-            merger.finished(token)
-        merger.to_start()
-        out.extend(merger.release())
-    return out

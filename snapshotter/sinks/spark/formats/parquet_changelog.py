@@ -3,7 +3,7 @@
 
 Flat files with the batch inside, not partition directories: pyarrow (``pyarrow.dataset``,
 ``pyarrow.parquet.read_table``) and pandas skip directories whose names start with ``_``, so
-they read nothing of the layout before issue 27 (``changelog/__batch=N/``), and Spark read
+they read nothing of an earlier layout (``changelog/__batch=N/``), and Spark read
 ``__batch`` from the directory name as an int (bigint in ``current/``). Now every plain
 reader reads the changelog whole with its default options, and no partition column leaks.
 
@@ -34,7 +34,7 @@ from snapshotter.sinks.spark.types import BATCH
 log = logging.getLogger(__name__)
 
 PREFIX = "batch-"
-LEGACY = f"{BATCH}="  # a partition directory of the layout before issue 27
+LEGACY = f"{BATCH}="  # a partition directory of that earlier layout
 
 
 def file_name(batch: int, part: int | None = None) -> str:
