@@ -1,13 +1,14 @@
 """The server version matrix: which PostgreSQL and MariaDB versions are tested, how each is
 started, which tests run on it, and which of them CI runs. One definition for the runner
 (``scripts/matrix``), for CI (``scripts/matrix --ci``) and for the table in docs/sources.md
-(``scripts/matrix --table``; tests/unit/test_docs_versions.py keeps the two equal).
+(``scripts/matrix --table``, ``--readme``; tests/unit/test_docs_versions.py keeps them equal).
 
     scripts/matrix                  every version below but the defaults, its whole slice
     scripts/matrix --ci             the versions CI runs besides the defaults
     scripts/matrix pg14 mariadb11.4 the versions named
     scripts/matrix pg18 -- -x -p no:cacheprovider   pytest's arguments after --
     scripts/matrix --table          the Markdown table docs/sources.md holds
+    scripts/matrix --readme         the README's shorter one
 
 Each version's server is started by ``scripts/services up <service>`` with its version
 variable set (a build from Maven Central, fetched once and checksum-pinned), and the slice
@@ -152,6 +153,21 @@ def table() -> str:
     return "\n".join(rows)
 
 
+def readme_table() -> str:
+    """The short version table the README holds: per server, the versions tested, which CI."""
+    rows = ["| server | versions tested | in CI |", "|---|---|---|"]
+    for product, kind in (("PostgreSQL", "postgres"), ("MariaDB", "mysql")):
+        servers = [s for s in SERVERS if s.kind == kind]
+        tested = ", ".join(s.label.split()[1] for s in servers)
+        every = ", ".join(s.label.split()[1] for s in servers if s.default)
+        sliced = ", ".join(s.label.split()[1] for s in servers if s.ci and not s.default)
+        rows.append(f"| {product} | {tested} | {every}: every suite; {sliced}: a slice |")
+    rows.append(
+        "| MySQL 8.0 / 8.4 | not here (no server build); GTIDs and binlog unit-tested | no |"
+    )
+    return "\n".join(rows)
+
+
 def _services(action: str, server: Server, env: dict[str, str]) -> str:
     """``scripts/services <action> <service>`` for ``server``; its last line (a URL for up)."""
     done = subprocess.run(
@@ -238,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("servers", nargs="*", help=", ".join(s.name for s in SERVERS))
     parser.add_argument("--ci", action="store_true", help="the versions CI runs a slice on")
     parser.add_argument("--table", action="store_true", help="print the docs' version table")
+    parser.add_argument("--readme", action="store_true", help="print the README's version table")
     argv = sys.argv[1:] if argv is None else argv
     # pytest's arguments after "--" (so a value such as "-p no:cacheprovider" is not taken
     # for a server's name); options before it that are not the matrix's go to pytest too.
@@ -246,8 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args, more = parser.parse_known_args(ours)
     pytest_args = [*more, *pytest_args]
-    if args.table:
-        print(table())
+    if args.table or args.readme:
+        print(table() if args.table else readme_table())
         return 0
     names = {s.name: s for s in SERVERS}
     unknown = [n for n in args.servers if n not in names]

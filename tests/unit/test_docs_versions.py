@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.matrix import SERVERS, SLICES, table
+from tests.matrix import SERVERS, SLICES, readme_table, table
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "sources.md"
 
@@ -26,3 +26,8 @@ def test_the_matrix_names_the_pinned_builds_and_ci_has_the_oldest_and_newest_pos
     # Each slice's selection is limited to its own files (a -k applies to every file).
     for piece in SLICES:
         assert all(Path(f).stem in piece.selection("postgres") for f in piece.files)
+
+
+def test_the_readme_version_table_is_the_matrix_table() -> None:
+    readme = (DOCS.parents[1] / "README.md").read_text()
+    assert readme_table() in readme, "run scripts/matrix --readme and paste it into README"
