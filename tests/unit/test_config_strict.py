@@ -1,6 +1,6 @@
 """Unknown keys are refused everywhere: in the file (with the nearest key), inside
 ``[sink] kafka`` (checked against kafka-python's clients), and in ``SNAPSHOTTER_*``
-variables (the rule in snapshotter/config.py's docstring); a source URL that cannot be used
+variables (the rule in snapshotter/config's docstring); a source URL that cannot be used
 is said at load, never with its password."""
 
 from __future__ import annotations

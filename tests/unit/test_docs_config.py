@@ -21,7 +21,7 @@ from pydantic.fields import FieldInfo
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
-# Where Config lives: today snapshotter/config.py; the planned layout moves it to app/.
+# Where Config lives: snapshotter/config/ (a package: one module per section).
 CONFIG_MODULES = ("snapshotter.app.config", "snapshotter.config")
 
 # The first cell of a key's row: `section.key` (nested models: `section.sub.key`).

@@ -1,0 +1,159 @@
+"""``[source]``: the database the engine captures (PostgreSQL, MySQL/MariaDB, Spanner)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import sqlalchemy as sa
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from signals.names import TableId, TableNameError, parse_table_name, parse_table_selector
+from snapshotter.common.redact import mask_url
+from snapshotter.config.common import (
+    DEFAULT_SCHEMA,
+    SPANNER_PATH,
+    URL_EXAMPLES,
+    ConfigError,
+    Section,
+    checked_table_name,
+)
+
+
+class SourceConfig(Section):
+    # "mysql" covers MySQL 8 and MariaDB 10.5+ (the binlog and the SQL they share);
+    # "spanner" Cloud Spanner, either dialect (docs/spanner.md).
+    kind: Literal["postgres", "mysql", "spanner"]
+    url: str = Field(min_length=1)
+    # The logical name of this source: Debezium's topic prefix, ``source.name`` in events.
+    # Defaults to the database name in the URL.
+    name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.\-]+$")
+    # Tables the engine captures and may snapshot: names or patterns (``public.*``,
+    # ``/public\.orders_\d+/``). A signal's tables outside them are another pipeline's:
+    # skipped with a note (docs/signals.md: Several pipelines).
+    tables: list[str] = Field(default_factory=list)
+    signal_table: str = "debezium_signal"
+    chunk_size: int = Field(default=32768, ge=1, le=1_000_000)
+    # The longest one max-key or chunk query may run (seconds), enforced by the server's
+    # statement timeout and by the engine cancelling it: a filter (SQL from the signal
+    # table) cannot hold the snapshot side for longer. Past it, that table's snapshot fails.
+    chunk_timeout_s: float = Field(default=300, gt=0, le=86_400)
+    # Chunk SELECTs in flight at once, each on a database connection of its own and inside
+    # its own watermark window, while the stream flows (snapshotter.core.spans). Above 1, each
+    # chunk's key range is found first (an index scan of chunk_size keys), then read whole.
+    read_parallelism: int = Field(default=2, ge=1, le=16)
+    slot: str = Field(default="snapshotter", pattern=r"^[a-z0-9_]{1,63}$")
+    publication: str = Field(default="snapshotter", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+    # PostgreSQL 17+: `init` creates the slot with failover = true, so a standby that syncs
+    # slots (sync_replication_slots) keeps it through a failover.
+    failover_slot: bool = False
+    # MySQL: the server id the binlog client registers with. It must differ from the
+    # server's and every other replica's (a second client with the same id disconnects the
+    # first). Unset: a random id in 5400..6399 per run, as Debezium picks.
+    server_id: int | None = Field(default=None, ge=1, le=4_294_967_295)
+    # `snapshotter status` warns when more log than this waits unread behind the saved
+    # position (PostgreSQL: WAL the slot retains; MySQL: binlog bytes after the position).
+    backlog_warn_mb: int = Field(default=1024, ge=0)
+    # Delete the engine's own watermark rows (two per chunk) from the signal table once their
+    # window is finished, and those earlier runs left behind, in batches of this many rows,
+    # off the stream. User signals (execute-snapshot ...) are never deleted.
+    signal_cleanup: bool = True
+    signal_cleanup_batch: int = Field(default=500, ge=1, le=100_000)
+    # Spanner: the change stream the engine reads (it must watch the captured tables and
+    # the signal table; `snapshotter init` checks it and prints the DDL when it does not).
+    change_stream: str | None = Field(default=None, pattern=r"^[A-Za-z][A-Za-z0-9_]{0,127}$")
+    # Spanner: the emulator's host:port; unset: SPANNER_EMULATOR_HOST if set, else Cloud
+    # Spanner itself (credentials as Google's client libraries find them).
+    emulator_host: str | None = Field(default=None, pattern=r"^[A-Za-z0-9.\-\[\]:]+:\d+$")
+    # Spanner: how often each change-stream partition sends a heartbeat when it has no
+    # data (milliseconds): how far behind the merged stream can be when a partition is idle.
+    heartbeat_ms: int = Field(default=1000, ge=100, le=300_000)
+
+    @field_validator("url")
+    @classmethod
+    def _url_parses(cls, value: str, info: ValidationInfo) -> str:
+        """A URL that cannot be used is said at load, masked (it holds the password)."""
+        kind = info.data.get("kind", "postgres")
+        example = URL_EXAMPLES.get(kind, URL_EXAMPLES["postgres"])
+        try:
+            url = sa.make_url(value)
+        except (sa.exc.ArgumentError, ValueError) as exc:
+            # Not shown: what part of an unparsable text is the password cannot be told.
+            reason = "its port is not a number" if isinstance(exc, ValueError) else "not a URL"
+            raise ValueError(
+                f"cannot be parsed ({reason}; not shown, as it may hold a password); write it "
+                f"as {example}"
+            ) from None
+        if kind == "mysql" and not url.database:
+            raise ValueError(
+                f"{mask_url(url)} names no database (MySQL needs one: the default schema of "
+                f"unqualified table names); write it as {example}"
+            )
+        if kind == "spanner" and (
+            url.drivername != "spanner" or url.host or not SPANNER_PATH.match(url.database or "")
+        ):
+            raise ValueError(
+                f"{mask_url(url)} is not a Spanner database; write it as {example} (the "
+                "emulator's host goes in emulator_host or SPANNER_EMULATOR_HOST)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _spanner_keys(self) -> SourceConfig:
+        spanner_only = ("change_stream", "emulator_host", "heartbeat_ms")
+        if self.kind != "spanner":
+            given = [k for k in spanner_only if k in self.model_fields_set]
+            if given:
+                raise ValueError(f'{", ".join(given)}: only for kind = "spanner"')
+        elif self.change_stream is None:
+            raise ValueError(
+                "a spanner source needs change_stream, the name of the change stream that "
+                "watches the tables (`snapshotter init` prints the DDL that creates it)"
+            )
+        return self
+
+    @property
+    def spanner_path(self) -> dict[str, str]:
+        """project, instance and database of a spanner source.url."""
+        found = SPANNER_PATH.match(sa.make_url(self.url).database or "")
+        if found is None:
+            raise ConfigError(f"source.url {mask_url(self.url)} is not a Spanner database")
+        return found.groupdict()
+
+    @field_validator("signal_table")
+    @classmethod
+    def _parses(cls, value: str) -> str:
+        return checked_table_name(value)
+
+    @field_validator("tables")
+    @classmethod
+    def _selectors(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                parse_table_selector(item)
+            except TableNameError as exc:
+                raise ValueError(f"{item!r}: {exc}") from None
+        return value
+
+    @property
+    def default_schema(self) -> str:
+        if self.kind == "mysql":
+            database = sa.make_url(self.url).database
+            if not database:
+                raise ConfigError(
+                    f"source.url {mask_url(self.url)} names no database ({URL_EXAMPLES['mysql']})"
+                )
+            return database
+        return DEFAULT_SCHEMA[self.kind]
+
+    @property
+    def signal_table_id(self) -> TableId:
+        return parse_table_name(self.signal_table).with_default_schema(self.default_schema)
+
+    @property
+    def topic_prefix(self) -> str:
+        if self.name:
+            return self.name
+        if self.kind == "spanner":
+            return self.spanner_path["database"]
+        database = sa.make_url(self.url).database
+        return database or "snapshotter"
