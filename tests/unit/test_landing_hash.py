@@ -12,8 +12,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from snapshotter.verify import spark as verify
-from snapshotter.verify.spark import BUCKETS, bucket_of, hash_rows
+from snapshotter.verify import row_hash
+from snapshotter.verify.row_hash import BUCKETS, bucket_of, hash_rows
 
 ROWS: dict[str, list[Any]] = {
     "id": [1, 2, 3, -4],
@@ -186,7 +186,7 @@ def test_large_values_are_hashed_in_slices_with_the_same_result(
 ) -> None:
     data = pa.table({"id": [1, 2, 3, 4], "doc": ["a" * 50, "b" * 5, "", "c" * 70]})
     whole = hashes(data)
-    monkeypatch.setattr(verify, "_SLICE_BYTES", 16)
+    monkeypatch.setattr(row_hash, "_SLICE_BYTES", 16)
     assert hashes(data) == whole
 
 
@@ -207,28 +207,28 @@ M = 1 << 64
 
 def mix(x: int) -> int:
     x ^= x >> 30
-    x = x * verify._MIX1 % M
+    x = x * row_hash._MIX1 % M
     x ^= x >> 27
-    x = x * verify._MIX2 % M
+    x = x * row_hash._MIX2 % M
     return x ^ (x >> 31)
 
 
 def model_value(value: Any) -> int:
     if value is None:
-        return mix(verify._NULL)
+        return mix(row_hash._NULL)
     if isinstance(value, int):
         return mix(value % M)
     if isinstance(value, datetime):
         return mix((value - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1) % M)
     data = value.encode() if isinstance(value, str) else value
     total = sum(mix((i << 8) | b) for i, b in enumerate(data)) % M
-    return mix(total ^ mix((len(data) + verify._LENGTH) % M))
+    return mix(total ^ mix((len(data) + row_hash._LENGTH) % M))
 
 
 def model_fold(seed: int, values: list[int]) -> int:
     out = seed
     for v in values:
-        out = mix((out * verify._GOLDEN + v) % M)
+        out = mix((out * row_hash._GOLDEN + v) % M)
     return out
 
 
@@ -256,8 +256,8 @@ def test_the_vectorised_hash_is_the_plain_model() -> None:
     key, row = hashes(data)
     for i in range(data.num_rows):
         values = [model_value(rows[n][i]) for n in rows]
-        assert key[i] == signed(model_fold(verify._KEY_SEED, values[:1]))
-        assert row[i] == signed(model_fold(verify._ROW_SEED, values))
+        assert key[i] == signed(model_fold(row_hash._KEY_SEED, values[:1]))
+        assert row[i] == signed(model_fold(row_hash._ROW_SEED, values))
 
 
 def test_the_hash_is_pinned() -> None:
@@ -266,3 +266,18 @@ def test_the_hash_is_pinned() -> None:
     change must be deliberate."""
     data = pa.table({"id": [1], "name": ["x"], "at": pa.array([0], pa.timestamp("us", "UTC"))})
     assert hashes(data) == ([-8818487343691016808], [1651442517756661393])
+
+
+def test_the_hash_module_imports_nothing_of_snapshotter() -> None:
+    """Spark ships it to workers by value, where snapshotter need not be installed."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(row_hash.__file__).read_text())
+    imported = [
+        node.module if isinstance(node, ast.ImportFrom) else alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    ]
+    assert not [m for m in imported if m and m.split(".")[0] in ("snapshotter", "signals")]
