@@ -85,7 +85,7 @@ def _problem(need: Need, missing: Sequence[str], user: str, grant: str) -> Probl
 
 
 def _postgres(conn: sa.Connection, needs: Sequence[Need]) -> list[Problem]:
-    from snapshotter.sources.postgres.setup import quote_name, quote_table, table_oid
+    from snapshotter.sources.postgres.catalog import quote_name, quote_table, table_oid
 
     user = str(conn.execute(sa.text("SELECT current_user")).scalar_one())
     problems = []
@@ -185,7 +185,7 @@ def grant_for(engine: sa.Engine, table: TableId, privileges: Sequence[str]) -> s
     except sa.exc.SQLAlchemyError:
         dialect = engine.dialect
     if dialect.name == "postgresql":
-        from snapshotter.sources.postgres.setup import quote_name, quote_table
+        from snapshotter.sources.postgres.catalog import quote_name, quote_table
 
         return f"GRANT {', '.join(privileges)} ON {quote_table(table)} TO {quote_name(user)}"
     quote = dialect.identifier_preparer.quote

@@ -11,6 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from signals.names import TableId
+from snapshotter.sources.postgres import catalog as pg_catalog
 from snapshotter.sources.postgres import setup as pg_setup
 
 pytestmark = pytest.mark.integration
@@ -25,7 +26,7 @@ def slot(pg_engine: sa.Engine) -> Iterator[str]:
 
 def _version(engine: sa.Engine) -> int:
     with engine.connect() as conn:
-        return pg_setup.server_version(conn)
+        return pg_catalog.server_version(conn)
 
 
 def _failover_problems(engine: sa.Engine, table: TableId, slot: str) -> list[pg_setup.Problem]:

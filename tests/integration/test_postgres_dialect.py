@@ -20,6 +20,8 @@ from snapshotter.core.keys import Key, decode_key, encode_key
 from snapshotter.core.values import RawJson
 from snapshotter.core.visibility import PgSnapshot, RecentTransactions
 from snapshotter.sources.base import ChunkReadError, ChunkSpec, TableError, TableSchema
+from snapshotter.sources.postgres import catalog as pg_catalog
+from snapshotter.sources.postgres import publications as pg_publications
 from snapshotter.sources.postgres import setup as pg_setup
 from snapshotter.sources.postgres import types as pg_types
 from snapshotter.sources.postgres.dialect import PostgresDialect
@@ -142,7 +144,7 @@ def test_names_that_need_quoting(
     dialect: PostgresDialect, pg_engine: sa.Engine, pg_schema: str
 ) -> None:
     table = TableId(pg_schema, 'My "Odd".Table%')
-    quoted = pg_setup.quote_table(table)
+    quoted = pg_catalog.quote_table(table)
     run(
         pg_engine,
         f'CREATE TABLE {quoted} ("Key Col" int, "select" text, "50%" int, "a:b" text, '
@@ -698,13 +700,15 @@ def test_ensure_captured_adds_tables_to_the_publication(
     run(
         pg_engine,
         f"CREATE TABLE {pg_schema}.a (id int PRIMARY KEY)",
-        f"CREATE TABLE {pg_setup.quote_table(odd)} (id int PRIMARY KEY)",
+        f"CREATE TABLE {pg_catalog.quote_table(odd)} (id int PRIMARY KEY)",
         f"CREATE TABLE {pg_schema}.p (id int PRIMARY KEY) PARTITION BY RANGE (id)",
         f"CREATE TABLE {pg_schema}.p1 PARTITION OF {pg_schema}.p FOR VALUES FROM (0) TO (10)",
     )
     with pytest.raises(SetupError, match="does not exist; run `snapshotter init`"):
         dialect.ensure_captured([TableId(pg_schema, "a")])
-    change = pg_setup.ensure_publication(pg_engine, dialect.publication, [dialect.signal_table])
+    change = pg_publications.ensure_publication(
+        pg_engine, dialect.publication, [dialect.signal_table]
+    )
     assert change.created and change.added == (dialect.signal_table,)
     wanted = [TableId(pg_schema, "a"), odd, TableId(pg_schema, "p")]
     assert dialect.ensure_captured(wanted) == wanted
@@ -780,14 +784,14 @@ def test_publication_and_slot_setup(pg_url: str, pg_engine: sa.Engine, pg_schema
     )
     a, b = TableId(pg_schema, "a"), TableId(pg_schema, "b")
     try:
-        created = pg_setup.ensure_publication(pg_engine, publication, [a])
+        created = pg_publications.ensure_publication(pg_engine, publication, [a])
         assert created.created and created.statements == (
             f"CREATE PUBLICATION {publication} FOR TABLE {pg_schema}.a "
             "WITH (publish_via_partition_root = true)",
         )
-        added = pg_setup.ensure_publication(pg_engine, publication, [a, b])
+        added = pg_publications.ensure_publication(pg_engine, publication, [a, b])
         assert not added.created and added.added == (b,)
-        assert str(pg_setup.ensure_publication(pg_engine, publication, [a, b])).endswith(
+        assert str(pg_publications.ensure_publication(pg_engine, publication, [a, b])).endswith(
             "already there"
         )
         assert scalar(

@@ -43,8 +43,10 @@ from snapshotter.sources.base import (
     TableSchema,
 )
 from snapshotter.sources.postgres import arrow as pg_arrow
+from snapshotter.sources.postgres import catalog as pg_catalog
 from snapshotter.sources.postgres import commits as pg_commits
 from snapshotter.sources.postgres import open_xacts as pg_open_xacts
+from snapshotter.sources.postgres import publications as pg_publications
 from snapshotter.sources.postgres import setup as pg_setup
 from snapshotter.sources.postgres import types as pg_types
 from snapshotter.sources.query_guard import (
@@ -67,7 +69,7 @@ from snapshotter.sources.sql_common import (
     count_params,
 )
 
-DEFAULT_SCHEMA = pg_setup.DEFAULT_SCHEMA
+DEFAULT_SCHEMA = pg_catalog.DEFAULT_SCHEMA
 
 # Chunk statements are compiled with positional parameters ($1, $2, ...), as the ADBC
 # driver binds them.
@@ -333,7 +335,7 @@ class PostgresDialect(SqlDialect):
             {"schema": table.schema, "table": table.table},
         ).one_or_none()
         if row is None:
-            raise pg_setup.missing_table_error(table, self._user(conn))
+            raise pg_catalog.missing_table_error(table, self._user(conn))
         root = None if row.root_table is None else TableId(row.root_schema, row.root_table)
         relation = _Relation(int(row.oid), row.relkind, root, row.readable)
         _check_relation(table, relation, row.username)
@@ -401,8 +403,8 @@ class PostgresDialect(SqlDialect):
         if info.nullable:
             raise TableError(
                 f"surrogate key {column!r} of table {table} may be NULL; it must be NOT NULL "
-                f"to page by it: ALTER TABLE {pg_setup.quote_table(table)} ALTER COLUMN "
-                f"{pg_setup.quote_name(column)} SET NOT NULL;"
+                f"to page by it: ALTER TABLE {pg_catalog.quote_table(table)} ALTER COLUMN "
+                f"{pg_catalog.quote_name(column)} SET NOT NULL;"
             )
         with self.engine.connect() as conn:
             unique, gaps = _unique_and_identity(conn, table, column)
@@ -410,12 +412,12 @@ class PostgresDialect(SqlDialect):
             raise TableError(
                 f"surrogate key {column!r} of table {table} has no unique index or constraint "
                 "on exactly that column (a partial or multi-column one does not count); "
-                f"add one: CREATE UNIQUE INDEX ON {pg_setup.quote_table(table)} "
-                f"({pg_setup.quote_name(column)})"
+                f"add one: CREATE UNIQUE INDEX ON {pg_catalog.quote_table(table)} "
+                f"({pg_catalog.quote_name(column)})"
             )
         if gaps:
             fixes = " ".join(
-                f"ALTER TABLE {pg_setup.quote_table(t)} REPLICA IDENTITY FULL;" for t in gaps
+                f"ALTER TABLE {pg_catalog.quote_table(t)} REPLICA IDENTITY FULL;" for t in gaps
             )
             raise TableError(
                 f"surrogate key {column!r} of table {table}: the PostgreSQL log carries a "
@@ -675,8 +677,8 @@ class PostgresDialect(SqlDialect):
     def ensure_captured(self, tables: Sequence[TableId]) -> list[TableId]:
         wanted = [t.with_default_schema(DEFAULT_SCHEMA) for t in tables]
         with self.engine.begin() as conn:
-            missing = pg_setup.missing_from_publication(conn, self.publication, wanted)
-            pg_setup.add_tables(conn, self.publication, missing)
+            missing = pg_publications.missing_from_publication(conn, self.publication, wanted)
+            pg_publications.add_tables(conn, self.publication, missing)
         return missing
 
     def _watermark_transaction(self, conn: sa.Connection) -> None:
@@ -797,8 +799,8 @@ def _check_relation(table: TableId, relation: _Relation, user: str) -> None:
     if not relation.readable:
         raise TableError(
             f"user {user} may not read table {table}: it needs USAGE on the schema and "
-            f"SELECT on the table (GRANT SELECT ON {pg_setup.quote_table(table)} TO "
-            f"{pg_setup.quote_name(user)})"
+            f"SELECT on the table (GRANT SELECT ON {pg_catalog.quote_table(table)} TO "
+            f"{pg_catalog.quote_name(user)})"
         )
 
 
@@ -809,7 +811,7 @@ def _generated_key(table: TableId, columns: Sequence[str], publication: str) -> 
         "events could not be matched with snapshot rows; name a unique NOT NULL column that "
         'is not generated to page by, with "surrogate-key" in the execute-snapshot signal '
         "(PostgreSQL 18, stored columns: or ALTER PUBLICATION "
-        f"{pg_setup.quote_name(publication)} SET (publish_generated_columns = stored))"
+        f"{pg_catalog.quote_name(publication)} SET (publish_generated_columns = stored))"
     )
 
 
@@ -818,7 +820,7 @@ def _no_primary_key(table: TableId) -> str:
         f"table {table} has no primary key: name a NOT NULL column with a unique index to "
         'page by, with "surrogate-key" in the execute-snapshot signal (or --surrogate-key COL '
         "on the CLI); under PostgreSQL the log carries that column for updates and deletes "
-        f"only with REPLICA IDENTITY FULL (ALTER TABLE {pg_setup.quote_table(table)} "
+        f"only with REPLICA IDENTITY FULL (ALTER TABLE {pg_catalog.quote_table(table)} "
         "REPLICA IDENTITY FULL;)"
     )
 
@@ -829,9 +831,9 @@ def _unique_and_identity(
     """Whether a valid, non-partial unique index covers exactly ``column``; and the table's
     storage (itself or its leaf partitions: replica identity is not inherited) lacking
     REPLICA IDENTITY FULL."""
-    oid = pg_setup.table_oid(conn, table)
+    oid = pg_catalog.table_oid(conn, table)
     if oid is None:  # dropped since it was described
-        raise pg_setup.missing_table_error(table, PostgresDialect._user(conn))
+        raise pg_catalog.missing_table_error(table, PostgresDialect._user(conn))
     unique = conn.execute(
         sa.text(
             "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_index i "

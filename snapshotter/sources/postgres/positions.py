@@ -27,6 +27,7 @@ from snapshotter.sources.positions import (
     size_text,
     to_go_on,
 )
+from snapshotter.sources.postgres import publications as pg_publications
 from snapshotter.sources.postgres import setup as pg_setup
 from snapshotter.sources.postgres.setup import SlotFacts, lsn_text
 from snapshotter.sources.setup_common import SetupError
@@ -156,7 +157,7 @@ def move_to_log_end(
     """Drop the slot if it exists (never an active one), create it again (after the
     publication, which must exist): the stream starts at the WAL's current end."""
     with engine.connect() as conn:
-        if not pg_setup.publication_exists(conn, publication):
+        if not pg_publications.publication_exists(conn, publication):
             raise SetupError(
                 f"publication {publication} does not exist: run `snapshotter init` "
                 "first (it creates the publication, then the slot), then reset-stream"
@@ -224,6 +225,6 @@ def drop_capture(engine: sa.Engine, slot: str, publication: str | None) -> list[
     lines = [f"replication slot {slot}: {gone(dropped)}"]
     if publication is None:
         return lines
-    dropped = pg_setup.drop_publication(engine, publication)
+    dropped = pg_publications.drop_publication(engine, publication)
     lines.append(f"publication {publication}: {gone(dropped)}")
     return lines
