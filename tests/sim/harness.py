@@ -2,8 +2,9 @@
 
 ``SNAPSHOTTER_SIM_SEEDS`` (how many seeds), ``SNAPSHOTTER_SIM_FIRST_SEED`` (where they start),
 ``SNAPSHOTTER_SIM_SEED`` (exactly one seed, to replay a failure) and ``SNAPSHOTTER_SIM_JOBS``
-(processes; default: up to 2 cores) choose what runs. Seeds are independent, so running
-them in several processes changes nothing but the time.
+(processes; default: up to 2 cores) choose what runs; with none of them set, CI (``CI=true``)
+runs ``CI_SEEDS``: half fixed, half from a start that moves each day. Seeds are independent,
+so running them in several processes changes nothing but the time.
 """
 
 from __future__ import annotations
@@ -21,8 +22,7 @@ from tests.sim.checks import check_world
 from tests.sim.errors import Property, SimFailure
 from tests.sim.scheduler import World
 
-# Sized so that the CI run takes two to three minutes on two cores (about 40 ms a seed:
-# 5000 seeds took 111 s in two processes).
+# A local run's seeds: about 85 s on two cores (CI takes CI_SEEDS, below).
 DEFAULT_SEEDS = 6000
 # CI (CI=true) runs half as many, to make room for the server version matrix: the first
 # half of the default seeds, and as many more starting at a seed that moves by a day's worth

@@ -1,4 +1,4 @@
-"""The verify hash of landed rows (``snapshotter.verify.spark.hash_rows``): one function on
+"""The verify hash of landed rows (``snapshotter.verify.row_hash.hash_rows``): one function on
 both sides, so equal values must hash alike whatever their Arrow representation, and any
 difference in a value must show."""
 

@@ -22,7 +22,6 @@ from snapshotter.sources.log import KeyColumns, LogReader, OpenReader
 from snapshotter.sources.positions import NewStart
 from snapshotter.sources.postgres import catalog as pg_catalog
 from snapshotter.sources.postgres import positions, publications
-from snapshotter.sources.postgres import publications as pg_publications
 from snapshotter.sources.postgres import setup as pg_setup
 from snapshotter.sources.postgres.dialect import PostgresDialect
 from snapshotter.sources.setup_common import SetupError, resolve_tables
@@ -110,7 +109,7 @@ class PostgresConnector(SqlConnector):
         starts keeping WAL the moment it exists, and must see the publication."""
         source = self.source
         published = [*tables, source.signal_table_id]
-        change = pg_publications.ensure_publication(engine, source.publication, published)
+        change = publications.ensure_publication(engine, source.publication, published)
         slot = pg_setup.ensure_slot(engine, source.slot, source.failover_slot)
         return Capture(
             done=[str(change), f"replication slot {source.slot}: {slot}"],
@@ -205,7 +204,7 @@ class PostgresConnector(SqlConnector):
             return self.drop_capture(handle)
         lines = positions.drop_capture(handle, source.slot, None)
         with handle.connect() as conn:
-            there = pg_publications.publication_exists(conn, source.publication)
+            there = publications.publication_exists(conn, source.publication)
         if there:
             lines.append(
                 f"publication {source.publication}: kept: `snapshotter init` did not create it "

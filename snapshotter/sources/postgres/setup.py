@@ -1,4 +1,5 @@
-"""PostgreSQL capture setup: what ``snapshotter init`` checks and creates.
+"""PostgreSQL capture setup: what ``snapshotter init`` checks (the publication and the slot
+it creates: ``publications``, ``slots``).
 
 The log reader needs logical decoding (``wal_level = logical``), a role allowed to replicate,
 a free replication slot and WAL sender, a publication listing the captured tables and the
