@@ -24,7 +24,7 @@ from signals.plan import Selectors, listed
 from signals.table import signal_table
 from snapshotter.app import created
 from snapshotter.app.own_tables import NOTIFICATION, SIGNAL, layout_refusal
-from snapshotter.config import Config
+from snapshotter.config import Config, PostgresSource
 from snapshotter.sources.connector import Connector, PublishedLog, connector_for
 from snapshotter.sources.positions import gone
 
@@ -44,11 +44,14 @@ def plan_teardown(config: Config, engine: Any) -> TeardownPlan:
     connector = connector_for(source)
     plan = TeardownPlan()
     objects = connector.capture_objects()
-    publication = f"publication {source.publication}"
-    if isinstance(connector, PublishedLog) and publication in objects:
-        plan.keep_publication = not created.was_created(config, "publication", source.publication)
-        if plan.keep_publication:
-            objects.remove(publication)
+    if isinstance(source, PostgresSource) and isinstance(connector, PublishedLog):
+        publication = f"publication {source.publication}"
+        if publication in objects:
+            plan.keep_publication = not created.was_created(
+                config, "publication", source.publication
+            )
+            if plan.keep_publication:
+                objects.remove(publication)
     plan.drop.extend(objects)
     wanted = [(SIGNAL, source.signal_table_id)]
     if "table" in config.notifications.channels:
@@ -139,7 +142,7 @@ def teardown(config: Config, engine: Any, plan: TeardownPlan) -> list[str]:
         lines = connector.drop_capture_keeping(engine, plan.keep_publication)
     else:
         lines = connector.drop_capture(engine)
-    if not plan.keep_publication:
+    if not plan.keep_publication and isinstance(config.source, PostgresSource):
         created.forget(config, "publication", config.source.publication)
     for kind, table in plan.tables:
         if kind == SIGNAL:

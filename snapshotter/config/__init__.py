@@ -30,10 +30,8 @@ from __future__ import annotations
 
 from snapshotter.config.common import (
     DEFAULT_JSONL,
-    DEFAULT_SCHEMA,
     ENV_PREFIX,
     NOT_FINITE,
-    SPANNER_PATH,
     ConfigError,
     is_loopback,
     is_uri,
@@ -54,23 +52,33 @@ from snapshotter.config.sections import (
     StateConfig,
 )
 from snapshotter.config.sink import SinkConfig
-from snapshotter.config.source import SourceConfig
+from snapshotter.config.source import (
+    SOURCE_KINDS,
+    SPANNER_PATH,
+    MySqlSource,
+    PostgresSource,
+    SourceConfig,
+    SpannerSource,
+)
 
 __all__ = [
     "DEFAULT_JSONL",
-    "DEFAULT_SCHEMA",
     "ENV_PREFIX",
     "KAFKA_OBJECT_SETTINGS",
     "KAFKA_RESERVED",
     "NOT_FINITE",
+    "SOURCE_KINDS",
     "SPANNER_PATH",
     "Config",
     "ConfigError",
     "MetricsConfig",
+    "MySqlSource",
     "NotificationsConfig",
+    "PostgresSource",
     "SinkConfig",
     "SnapshotConfig",
     "SourceConfig",
+    "SpannerSource",
     "SparkConfig",
     "StateConfig",
     "is_loopback",

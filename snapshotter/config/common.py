@@ -14,22 +14,7 @@ ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 ENV_PREFIX = "SNAPSHOTTER_"
 NOT_FINITE = "not a finite number (nan and inf are refused); give a number"
 
-# The schema an unqualified name lives in, per source kind (MySQL: the URL's database).
-# Spanner: a PostgreSQL-dialect database's default schema is "public"; GoogleSQL's default
-# schema has no name, and is called "public" here too (docs/spanner.md).
-DEFAULT_SCHEMA = {"postgres": "public", "spanner": "public"}
 DEFAULT_JSONL = "snapshotter-events.jsonl"
-URL_EXAMPLES = {
-    "postgres": "postgresql://USER:PASSWORD@HOST:PORT/DATABASE",
-    "mysql": "mysql://USER:PASSWORD@HOST:PORT/DATABASE",
-    "spanner": "spanner:///projects/PROJECT/instances/INSTANCE/databases/DATABASE",
-}
-# A Spanner database's path in source.url (sqlalchemy-spanner's URL form).
-SPANNER_PATH = re.compile(
-    r"^projects/(?P<project>[a-z][a-z0-9\-]{4,61}[a-z0-9]|[A-Za-z0-9.:\-]+)"
-    r"/instances/(?P<instance>[a-z][a-z0-9\-]{0,62})"
-    r"/databases/(?P<database>[a-z][a-z0-9_\-]{0,28}[a-z0-9])$"
-)
 
 
 def checked_table_name(value: str) -> str:

@@ -22,16 +22,8 @@ from snapshotter.config.common import (
     ConfigError,
     is_uri,
 )
-from snapshotter.config.model import Config
-from snapshotter.config.sections import (
-    MetricsConfig,
-    NotificationsConfig,
-    SnapshotConfig,
-    SparkConfig,
-    StateConfig,
-)
-from snapshotter.config.sink import SinkConfig
-from snapshotter.config.source import SourceConfig
+from snapshotter.config.model import SECTION_MODELS, Config
+from snapshotter.config.source import SOURCE_KINDS, kind_of_key
 
 
 def _expand(value: Any, where: str, environ: Mapping[str, str]) -> Any:
@@ -72,16 +64,8 @@ def _referenced(value: Any) -> set[str]:
 def _section_fields() -> dict[str, dict[str, str]]:
     """Per section: the upper-case key as a variable spells it -> the key."""
     return {
-        name: {f.upper(): f for f in model.model_fields}
-        for name, model in (
-            ("source", SourceConfig),
-            ("sink", SinkConfig),
-            ("state", StateConfig),
-            ("spark", SparkConfig),
-            ("snapshot", SnapshotConfig),
-            ("metrics", MetricsConfig),
-            ("notifications", NotificationsConfig),
-        )
+        name: {f.upper(): f for model in models for f in model.model_fields}
+        for name, models in SECTION_MODELS.items()
     }
 
 
@@ -145,7 +129,16 @@ def _resolve_paths(config: Config, base: Path) -> Config:
 def _problem(error: Mapping[str, Any]) -> str:
     """One pydantic error as ``where: what``; an unknown key with the nearest known one."""
     loc = tuple(str(p) for p in error["loc"])
+    if loc[:1] == ("source",) and loc[1:2] and loc[1] in SOURCE_KINDS:
+        loc = loc[:1] + loc[2:]  # [source]'s model per kind is not a level of the file
     where = ".".join(loc) or "top level"
+    if error["type"] == "union_tag_not_found" and loc == ("source",):
+        return "source.kind: Field required"
+    if error["type"] == "union_tag_invalid" and loc == ("source",):
+        kinds = ", ".join(repr(k) for k in SOURCE_KINDS[:-1])
+        return f"source.kind: Input should be {kinds} or {SOURCE_KINDS[-1]!r}"
+    if error["type"] == "extra_forbidden" and loc[:1] == ("source",) and kind_of_key(loc[-1]):
+        return f'{where}: only for kind = "{kind_of_key(loc[-1])}"'
     if error["type"] == "extra_forbidden" and loc:
         sections = _section_fields()
         known = (

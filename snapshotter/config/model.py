@@ -16,7 +16,7 @@ from snapshotter.config.sections import (
     StateConfig,
 )
 from snapshotter.config.sink import SinkConfig
-from snapshotter.config.source import SourceConfig
+from snapshotter.config.source import SOURCE_MODELS, SourceConfig, SpannerSource
 
 
 class Config(Section):
@@ -77,7 +77,7 @@ class Config(Section):
 
     @model_validator(mode="after")
     def _spanner_supports(self) -> Config:
-        if self.source.kind != "spanner":
+        if not isinstance(self.source, SpannerSource):
             return self
         if "table" in self.notifications.channels:
             raise ValueError(
@@ -118,3 +118,15 @@ class Config(Section):
                 "a directory they also see (a shared mount), or run Spark here"
             )
         return self
+
+
+# Per section of the file, the models its keys come from ([source]: one per kind).
+SECTION_MODELS: dict[str, tuple[type[Section], ...]] = {
+    "source": SOURCE_MODELS,
+    "sink": (SinkConfig,),
+    "state": (StateConfig,),
+    "spark": (SparkConfig,),
+    "snapshot": (SnapshotConfig,),
+    "metrics": (MetricsConfig,),
+    "notifications": (NotificationsConfig,),
+}

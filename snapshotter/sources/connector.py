@@ -6,47 +6,22 @@ A connector owns its source's dialect (``open_dialect``), the log reader factory
 (``reader_opener``), the checks and objects of ``snapshotter init`` (``check_setup``,
 ``create_capture``), the saved stream position's checks (``position_problem``,
 ``position_warnings``, ``move_to_log_end``) and ``teardown``'s part (``drop_capture``).
-``connector_for(source)`` picks it by ``source.kind``: the one place that reads the kind.
+``connector_for(source)`` picks it by the kind of ``[source]`` model: the one place that asks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, assert_never, runtime_checkable
 
 from signals.model import Signal, Watermark
 from signals.names import TableId
+from snapshotter.config import MySqlSource, PostgresSource, SourceConfig, SpannerSource
 from snapshotter.sources.base import Dialect
 from snapshotter.sources.log import OpenReader
 from snapshotter.sources.positions import NewStart
 from snapshotter.sources.setup_common import Problem
-
-
-class SourceSettings(Protocol):
-    """What a connector reads of the ``[source]`` section (``snapshotter.config.SourceConfig``
-    has all of it; sources do not import the application's config)."""
-
-    @property
-    def kind(self) -> str: ...
-    @property
-    def url(self) -> str: ...
-    @property
-    def tables(self) -> list[str]: ...
-    @property
-    def slot(self) -> str: ...
-    @property
-    def publication(self) -> str: ...
-    @property
-    def server_id(self) -> int | None: ...
-    @property
-    def chunk_timeout_s(self) -> float: ...
-    @property
-    def default_schema(self) -> str: ...
-    @property
-    def signal_table_id(self) -> TableId: ...
-    @property
-    def topic_prefix(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,41 +212,22 @@ class PublishedLog(Protocol):
         ...
 
 
-def _postgres(source: SourceSettings) -> Connector:
-    from snapshotter.sources.postgres.connector import PostgresConnector
+def connector_for(source: SourceConfig) -> Connector:
+    """The connector of the source's kind (mypy checks every kind of SourceConfig has one).
+    Imported when asked for: a PostgreSQL run never loads the MySQL client libraries."""
+    if isinstance(source, PostgresSource):
+        from snapshotter.sources.postgres.connector import PostgresConnector
 
-    return PostgresConnector(source)
+        return PostgresConnector(source)
+    if isinstance(source, MySqlSource):
+        from snapshotter.sources.mysql.connector import MySqlConnector
 
+        return MySqlConnector(source)
+    if isinstance(source, SpannerSource):
+        from snapshotter.sources.spanner.connector import SpannerConnector
 
-def _mysql(source: SourceSettings) -> Connector:
-    from snapshotter.sources.mysql.connector import MySqlConnector
-
-    return MySqlConnector(source)
-
-
-def _spanner(source: SourceSettings) -> Connector:
-    from snapshotter.sources.spanner.connector import SpannerConnector
-
-    return SpannerConnector(source)
-
-
-# Imported when asked for: a PostgreSQL run never loads the MySQL client libraries.
-_CONNECTORS: dict[str, Callable[[SourceSettings], Connector]] = {
-    "postgres": _postgres,
-    "mysql": _mysql,
-    "spanner": _spanner,
-}
-
-
-def connector_for(source: SourceSettings) -> Connector:
-    """The connector of ``source.kind``."""
-    try:
-        make = _CONNECTORS[source.kind]
-    except KeyError:
-        raise ValueError(
-            f"unknown source kind {source.kind!r}: one of {', '.join(_CONNECTORS)}"
-        ) from None
-    return make(source)
+        return SpannerConnector(source)
+    assert_never(source)
 
 
 def saved_position_text(resume: Mapping[str, Any]) -> str:

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from signals.names import TableId
-from snapshotter.config import parse_config
+from snapshotter.config import SOURCE_KINDS, ConfigError, parse_config
 from snapshotter.sources.base import ChunkSpec, ColumnInfo, TableSchema
 from snapshotter.sources.connector import Connector, connector_for, saved_position_text
 from snapshotter.sources.mysql.connector import MySqlConnector
@@ -36,12 +36,20 @@ def test_the_kind_picks_the_connector() -> None:
     assert (pg.log_name, my.log_name) == ("replication slot", "binlog")
 
 
-def test_an_unknown_kind_is_refused() -> None:
-    class Source:
-        kind = "oracle"
-
-    with pytest.raises(ValueError, match="unknown source kind 'oracle'"):
-        connector_for(Source())  # type: ignore[arg-type]
+def test_an_unknown_kind_is_refused_with_every_kind_a_connector_serves() -> None:
+    """The kinds the config accepts are the ones with a connector: each makes one, and any
+    other is refused at load, naming them all."""
+    urls = {
+        "postgres": "postgresql://u:p@h/shop",
+        "mysql": "mysql://u:p@h/shop",
+        "spanner": "spanner:///projects/p-test/instances/i/databases/shop",
+    }
+    assert set(SOURCE_KINDS) == set(urls)
+    for kind, url in urls.items():
+        extra = 'change_stream = "cs"' if kind == "spanner" else ""
+        assert connector(kind, url, extra).kind == kind
+    with pytest.raises(ConfigError, match="source.kind: Input should be 'postgres', 'mysql' or"):
+        connector("oracle", "x")
 
 
 def test_saved_positions_per_source() -> None:

@@ -40,13 +40,11 @@ def _config_model() -> type[BaseModel]:
     raise AssertionError(f"no pydantic Config in any of {CONFIG_MODULES}")
 
 
-def _submodel(field: FieldInfo) -> type[BaseModel] | None:
-    """The model a field holds (also inside Optional / a union with None), else None."""
+def _submodels(field: FieldInfo) -> list[type[BaseModel]]:
+    """The models a field holds: one, one inside Optional, or each of a union's (``[source]``:
+    one model per kind, whose keys all count)."""
     candidates = [field.annotation, *typing.get_args(field.annotation)]
-    for candidate in candidates:
-        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
-            return candidate
-    return None
+    return [c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)]
 
 
 def _keys(model: type[BaseModel], prefix: str = "") -> dict[str, FieldInfo]:
@@ -54,10 +52,10 @@ def _keys(model: type[BaseModel], prefix: str = "") -> dict[str, FieldInfo]:
     out: dict[str, FieldInfo] = {}
     for name, field in model.model_fields.items():
         key = f"{prefix}{field.alias or name}"
-        sub = _submodel(field)
-        if sub is not None:
+        subs = _submodels(field)
+        for sub in subs:
             out.update(_keys(sub, f"{key}."))
-        else:
+        if not subs:
             out[key] = field
     return out
 

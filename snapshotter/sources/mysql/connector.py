@@ -13,8 +13,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from signals.names import TableId
+from snapshotter.config import MySqlSource
 from snapshotter.sources.base import Dialect
-from snapshotter.sources.connector import Capture, Connector, SetupCheck, SourceSettings
+from snapshotter.sources.connector import Capture, Connector, SetupCheck
 from snapshotter.sources.log import KeyColumns, LogReader, OpenReader
 from snapshotter.sources.mysql import coverage, positions
 from snapshotter.sources.mysql import setup as my_setup
@@ -31,7 +32,7 @@ class MySqlConnector(SqlConnector):
     log_name = "binlog"
     dollar_quotes = MySqlDialect.dollar_quotes
 
-    def __init__(self, source: SourceSettings) -> None:
+    def __init__(self, source: MySqlSource) -> None:
         self.source = source
 
     # --- connections and the engine's parts ---------------------------------------------

@@ -10,13 +10,13 @@ from typing import Any
 import sqlalchemy as sa
 
 from signals.names import TableId
+from snapshotter.config import PostgresSource
 from snapshotter.sources.base import Dialect
 from snapshotter.sources.connector import (
     Capture,
     Connector,
     PublishedLog,
     SetupCheck,
-    SourceSettings,
 )
 from snapshotter.sources.log import KeyColumns, LogReader, OpenReader
 from snapshotter.sources.positions import NewStart
@@ -33,7 +33,7 @@ class PostgresConnector(SqlConnector):
     log_name = "replication slot"
     dollar_quotes = PostgresDialect.dollar_quotes
 
-    def __init__(self, source: SourceSettings) -> None:
+    def __init__(self, source: PostgresSource) -> None:
         self.source = source
 
     # --- connections and the engine's parts ---------------------------------------------

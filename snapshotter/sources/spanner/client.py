@@ -18,6 +18,8 @@ from typing import Any
 
 from google.api_core import exceptions as gexc
 
+from snapshotter.config import SpannerSource
+
 # The client's multiplexed sessions for read-write transactions: with them the emulator
 # fails a second concurrent transaction with FailedPrecondition ("Transaction ID must be >=
 # N"), which the client does not retry (measured, client 3.71 + emulator 1.5.28); pooled
@@ -53,7 +55,7 @@ class SpannerTarget:
         return f"{self.path}{where}"
 
 
-def target_of(source: Any) -> SpannerTarget:
+def target_of(source: SpannerSource) -> SpannerTarget:
     """The database a ``[source]`` section of kind "spanner" names."""
     path = source.spanner_path
     host = source.emulator_host or os.environ.get(EMULATOR_ENV) or None

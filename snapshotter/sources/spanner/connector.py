@@ -17,6 +17,7 @@ from google.api_core import exceptions as gexc
 
 from signals.model import Signal, Watermark
 from signals.names import TableId
+from snapshotter.config import SpannerSource
 from snapshotter.core.position import Position
 from snapshotter.sources.base import Dialect
 from snapshotter.sources.connector import Capture, ConnectError, Connector, SetupCheck
@@ -41,7 +42,7 @@ class SpannerConnector:
     dollar_quotes = True
     errors: tuple[type[Exception], ...] = (gexc.GoogleAPIError,)
 
-    def __init__(self, source: Any) -> None:
+    def __init__(self, source: SpannerSource) -> None:
         self.source = source
         self.target = sp_client.target_of(source)
 
