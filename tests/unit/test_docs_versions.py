@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.matrix import SERVERS, SLICES, readme_table, table
+from tests.matrix import (
+    SERVERS,
+    SLICES,
+    ci_suite_selection,
+    readme_table,
+    sliced_elsewhere,
+    table,
+)
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "sources.md"
 
@@ -31,3 +38,14 @@ def test_the_matrix_names_the_pinned_builds_and_ci_has_the_oldest_and_newest_pos
 def test_the_readme_version_table_is_the_matrix_table() -> None:
     readme = (DOCS.parents[1] / "README.md").read_text()
     assert readme_table() in readme, "run scripts/matrix --readme and paste it into README"
+
+
+def test_ci_leaves_only_the_default_postgres_slices_to_14_and_18() -> None:
+    """CI's suite on PostgreSQL 15 drops the version slices (14 and 18 run them); MariaDB
+    10.11, the oldest MariaDB, keeps its own, and every slice still runs on a CI version."""
+    assert sliced_elsewhere("postgres") and not sliced_elsewhere("mysql")
+    selection = ci_suite_selection()
+    assert selection.startswith("not (") and "mysql" not in selection
+    for kind in ("postgres", "mysql"):
+        ci_versions = [s for s in SERVERS if s.kind == kind and s.ci and not s.default]
+        assert ci_versions, kind
