@@ -1,8 +1,9 @@
 """The demo's "application": creates the orders table and keeps writing to it.
 
     python scripts/demo_app.py setup [--rows N]     # a database of its own, with N orders
-    python scripts/demo_app.py write --seconds S     # random inserts, updates, deletes and
-                                                     # primary-key changes for S seconds
+    python scripts/demo_app.py write --seconds S [--counts F]   # random inserts, updates,
+                                 # deletes and primary-key changes for S seconds; F: the rows
+                                 # each kind changed, as JSON, for the demo's reconciliation
 The server comes from $SNAPSHOTTER_PG_URL, which may be a server of your own: `setup` never
 touches a table it did not make. It works in a database of its own ($DEMO_DATABASE,
 snapshotter_demo by default), created here and marked as the demo's (a comment on it); it
@@ -15,6 +16,7 @@ in $SNAPSHOTTER_PG_URL (scripts/demo passes the demo database's).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import sys
@@ -86,43 +88,97 @@ def setup(conn: psycopg.Connection, rows: int) -> None:
     print(f"public.orders: {rows} rows (composite key: region, id)", file=sys.stderr)
 
 
-def write(conn: psycopg.Connection, seconds: float) -> None:
+def write(conn: psycopg.Connection, seconds: float, counts_path: str | None) -> None:
+    """Random statements for ``seconds``; counts the rows they changed (most updates and
+    deletes pick a key that is not there and change nothing), which is what the log carries."""
     rng = random.Random()
     top = conn.execute("select coalesce(max(id), 0) from public.orders").fetchone()[0]
-    counts = {"insert": 0, "update": 0, "delete": 0, "key change": 0}
+    kinds = ("insert", "update", "delete", "key change")
+    statements = dict.fromkeys(kinds, 0)
+    rows = dict.fromkeys(kinds, 0)
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         with conn.transaction():
             for _ in range(rng.randint(1, 5)):
-                kind = rng.choices(list(counts), weights=(3, 5, 1, 1))[0]
+                kind = rng.choices(kinds, weights=(3, 5, 1, 1))[0]
                 region, some_id = rng.choice(REGIONS), rng.randint(1, top)
                 if kind == "insert":
                     top += 1
-                    conn.execute(
+                    cur = conn.execute(
                         "insert into public.orders (region, id, amount, note) "
                         "values (%s, %s, %s, %s)",
                         (region, top, rng.randint(1, 99999) / 100, f"new order {top}"),
                     )
                 elif kind == "update":
-                    conn.execute(
+                    cur = conn.execute(
                         "update public.orders set amount = amount + 1, note = %s "
                         "where region = %s and id = %s",
                         (f"updated {time.time():.3f}", region, some_id),
                     )
                 elif kind == "delete":
-                    conn.execute(
+                    cur = conn.execute(
                         "delete from public.orders where region = %s and id = %s",
                         (region, some_id),
                     )
                 else:
                     top += 1
-                    conn.execute(
+                    cur = conn.execute(
                         "update public.orders set id = %s where region = %s and id = %s",
                         (top, region, some_id),
                     )
-                counts[kind] += 1
+                statements[kind] += 1
+                rows[kind] += cur.rowcount
         time.sleep(0.002)
-    print("application wrote: " + ", ".join(f"{n} {k}s" for k, n in counts.items()))
+    print(
+        "application changed rows: "
+        + ", ".join(f"{rows[k]} {k}s" for k in kinds)
+        + f" ({sum(statements.values())} statements; an update or delete of a key that is "
+        "not there changes nothing)"
+    )
+    if counts_path:
+        with open(counts_path, "w", encoding="utf-8") as out:
+            json.dump(rows, out)
+
+
+def expected_events(rows: dict[str, int]) -> dict[str, int]:
+    """The change events per op the application's rows make: a key change is a delete of
+    the old key and a create of the new one (Debezium's rule, and snapshotter's)."""
+    return {
+        "c": rows["insert"] + rows["key change"],
+        "u": rows["update"],
+        "d": rows["delete"] + rows["key change"],
+    }
+
+
+def reconcile(counts_path: str, landed: dict[str, int]) -> bool:
+    """Print what the application changed against the change events that landed, per op;
+    whether they agree."""
+    with open(counts_path, encoding="utf-8") as f:
+        rows = json.load(f)
+    expected = expected_events(rows)
+    print("== reconciliation: the application's changed rows against the landed events")
+    print(f"   {'op':<3} {'application':>12} {'landed':>8}")
+    why = {
+        "c": f"{rows['insert']} inserts + {rows['key change']} key changes",
+        "u": f"{rows['update']} updates",
+        "d": f"{rows['delete']} deletes + {rows['key change']} key changes",
+    }
+    for op, count in expected.items():
+        print(f"   {op:<3} {count:>12} {landed.get(op, 0):>8}   ({why[op]})")
+    agree = all(landed.get(op, 0) == count for op, count in expected.items())
+    print("   every change landed once" if agree else "   MISMATCH: see .demo/run.log")
+    return agree
+
+
+def _landed_jsonl(path: str) -> dict[str, int]:
+    """Change events per op in a JSONL output (READ rows, op r, are the snapshot's)."""
+    landed: dict[str, int] = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            op = (json.loads(line).get("value") or {}).get("op")  # a tombstone: no value
+            if op in ("c", "u", "d"):
+                landed[op] = landed.get(op, 0) + 1
+    return landed
 
 
 def main() -> None:
@@ -134,11 +190,17 @@ def main() -> None:
     s.add_argument("--publication", default="demo")  # in the demo's database: made there
     w = sub.add_parser("write")
     w.add_argument("--seconds", type=float, default=20)
+    w.add_argument("--counts", help="write the rows changed per kind here (JSON)")
+    r = sub.add_parser("reconcile")  # against a JSONL output (demo_query.py: Spark's)
+    r.add_argument("--counts", required=True)
+    r.add_argument("--jsonl", required=True)
     args = parser.parse_args()
+    if args.command == "reconcile":
+        sys.exit(0 if reconcile(args.counts, _landed_jsonl(args.jsonl)) else 1)
     url = os.environ["SNAPSHOTTER_PG_URL"]
     if args.command == "write":
         with psycopg.connect(url, autocommit=True) as conn:
-            write(conn, args.seconds)
+            write(conn, args.seconds, args.counts)
         return
     name = os.environ.get("DEMO_DATABASE") or "snapshotter_demo"
     with psycopg.connect(url, autocommit=True) as conn:

@@ -1,13 +1,15 @@
 """The demo's last step: read what snapshotter landed the way any Spark user would (plain
-``spark.read.parquet``, no snapshotter code) and print two Spark SQL queries as tables.
+``spark.read.parquet``, no snapshotter code), print Spark SQL queries as tables, and, given
+the application's counts, reconcile them with the changelog.
 
-    python scripts/demo_query.py .demo/lake
+    python scripts/demo_query.py .demo/lake [.demo/app-counts.json]
 """
 
 from __future__ import annotations
 
 import sys
 
+from demo_app import reconcile  # scripts/ is this script's directory, first on sys.path
 from pyspark.sql import SparkSession
 
 
@@ -38,7 +40,13 @@ def main() -> None:
     spark.sql(
         "SELECT region, id, amount, note, __op AS op FROM orders ORDER BY id DESC LIMIT 5"
     ).show(truncate=False)
+    agree = True
+    if len(sys.argv) > 2:
+        ops = spark.sql("SELECT __op, count(*) FROM changelog GROUP BY __op").collect()
+        agree = reconcile(sys.argv[2], {op: n for op, n in ops})
     spark.stop()
+    if not agree:
+        sys.exit(1)
 
 
 if __name__ == "__main__":
