@@ -527,11 +527,11 @@ def render_breakdown(parts: list[Breakdown]) -> str:
         lambda r: f"{r['snapshot_s']:.2f}",
     )
     line(
-        "  in it, staging, engine thread: events → Arrow (`events_to_landed`)",
+        "  in it, staging, stager thread: rows → Arrow (`pieces_to_landed`)",
         lambda r: f"{r['timing']['to_arrow']:.2f}",
     )
     line(
-        "  in it, staging, engine thread: Arrow → Parquet, fsync, rename",
+        "  in it, staging, stager thread: Arrow → Parquet, fsync, rename",
         lambda r: f"{r['timing']['write']:.2f}",
     )
     line(
