@@ -15,7 +15,7 @@ progress on stderr. Servers: ``--url`` /
 [SINK:]SECTION.KEY=VALUE`` puts a key in every engine's config (or only that sink's), e.g.
 ``--set source.read_parallelism=1`` or ``--set spark:sink.max_staged_mb=1024``.
 
-Per source, one table of ``--rows`` rows (``e2e/sources.py``: six columns, int, bigint,
+Per source, one table of ``--rows`` rows (``bench/lib/tables.py``: six columns, int, bigint,
 text, numeric(14,2), timestamptz, float8, PRIMARY KEY (tenant, id)), then ``--rounds``
 interleaved rounds, each: A, snapshot → counting, → JSONL, → Spark, → Kafka (→ Kafka with the
 confluent client) in that order, so drift and other load spread over all of them alike.
@@ -29,7 +29,7 @@ TIMESTAMP converted by Arrow casts); timed from connect to the file written, in 
 Without those packages A falls back to psycopg / pymysql (the report says which).
 
 A snapshot: the engine runs in a child process of its own, ``snapshotter run -c CONFIG`` as a
-user runs it (``e2e/child.py``; the sink wrapped in a timing proxy), started beforehand: it
+user runs it (``bench/lib/child.py``; the sink wrapped in a timing proxy), started beforehand: it
 reads the log (a ``log`` signal proves it) and, for Spark, its session is up. Timed from
 ``snapshotter signal execute-snapshot`` returned to the last READ row acknowledged by the sink
 (counting: handed over; JSONL: written and fsynced; Kafka: acknowledged by the broker;
@@ -59,15 +59,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
-REPO = BENCH.parent
-sys.path.insert(0, str(REPO))  # run from a checkout without installing, like the tests
-sys.path.insert(0, str(BENCH))
+if __name__ == "__main__":  # the bootstrap (bench/README.md): import bench.lib from the repo root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 
 def child_main(spec: str) -> int:
     # Only the engine's own imports in the engine's process (its RSS is measured).
-    from e2e.child import main
+    from bench.lib.child import main
 
     return main(spec)
 
@@ -86,18 +84,12 @@ import time  # noqa: E402
 import uuid  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 
-from e2e import report  # noqa: E402
-from e2e.common import median, parse_setting  # noqa: E402
-from e2e.engine import EngineOptions, snapshot  # noqa: E402
-from e2e.sources import (  # noqa: E402
-    BIG_TABLE,
-    TABLE,
-    MySql,
-    Postgres,
-    SourceDb,
-    machine_lines,
-    service_url,
-)
+from bench.lib import report  # noqa: E402
+from bench.lib.configs import parse_setting  # noqa: E402
+from bench.lib.runs import EngineOptions, snapshot  # noqa: E402
+from bench.lib.servers import REPO, machine_lines, service_url  # noqa: E402
+from bench.lib.stats import median  # noqa: E402
+from bench.lib.tables import BIG_TABLE, TABLE, MySql, Postgres, SourceDb  # noqa: E402
 
 SINKS = ("counting", "jsonl", "spark", "kafka", "kafka-confluent")
 
@@ -295,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, interrupted)
     logging.getLogger("pymysqlreplication").setLevel(logging.ERROR)
     if any(s.startswith("kafka") for s in args.sinks + args.scale_sinks):
-        from e2e.kafka import check_broker
+        from bench.lib.kafka import check_broker
 
         check_broker(args.bootstrap)
     opts = EngineOptions(

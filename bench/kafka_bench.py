@@ -3,10 +3,10 @@
     python bench/kafka_bench.py [--rows N] [--source postgres|mysql|both] [--bootstrap H:P]
                                 [--chunk-size C] [--read-back] [--pure-crc] [--profile]
 
-One table of N rows (``snapshot_bench``'s table and loader: PostgreSQL, and with ``--source
+One table of N rows (``bench.lib.inprocess``' table and loader: PostgreSQL, and with ``--source
 mysql|both`` MySQL / MariaDB), measured in this process, per source:
 
-A. the plain read into Arrow, ``snapshot_bench``'s baseline (psycopg with the engine's
+A. the plain read into Arrow, ``bench.lib.inprocess``' baseline (psycopg with the engine's
    loaders, or pymysql with the dialect's Arrow types): **the baseline** of the ratio column;
 B. snapshotter end to end with ``[sink] kind = "kafka"``, ``partitions = 3``: ``init``, the
    ``execute-snapshot`` signal, ``run_engine(until_caught_up=True)``, timed from the committed
@@ -16,7 +16,7 @@ B. snapshotter end to end with ``[sink] kind = "kafka"``, ``partitions = 3``: ``
 C. the same with ``schemas = true`` (every key and value wrapped as ``{"schema": ...,
    "payload": ...}``, Kafka Connect's JsonConverter: bigger messages);
 D. where the time goes:
-   D1. the engine into ``CountingSink`` (``snapshot_bench``'s row: no sink cost at all);
+   D1. the engine into ``CountingSink`` (``bench.lib.inprocess``' row: no sink cost at all);
    D2. the engine into the kafka sink with its producer replaced by a counter: the sink's
        own work (key and envelope encoded to JSON bytes, its bookkeeping), no kafka-python;
    D3. kafka-python alone: one ``KafkaProducer`` with the sink's settings
@@ -48,40 +48,40 @@ Results: markdown on stdout, progress on stderr. See bench/README.md.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+if __name__ == "__main__":  # the bootstrap (bench/README.md): import bench.lib from the repo root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
 import argparse
 import contextlib
-import io
+import cProfile
 import itertools
 import logging
 import os
-import pstats
-import sys
 import tempfile
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # run from a checkout without installing, like the tests
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling bench modules
-
-import mysql_read_bench as my  # noqa: E402
-import snapshot_bench as sb  # noqa: E402
-
-from snapshotter.app.runner import run_engine  # noqa: E402
-from snapshotter.sinks.counting import CountingSink  # noqa: E402
-from snapshotter.sinks.kafka.sink import PRODUCER_DEFAULTS, PRODUCER_FIXED, KafkaSink  # noqa: E402
-from snapshotter.verify.kafka import read_topic  # noqa: E402
+from bench.lib import inprocess as inproc
+from bench.lib import mysql as mydb
+from bench.lib.profiling import (
+    per_thread,
+)
+from bench.lib.servers import mysql_url, package_version, pg_url
+from bench.lib.stats import Result
+from snapshotter.sinks.counting import CountingSink
+from snapshotter.sinks.kafka.sink import PRODUCER_DEFAULTS, PRODUCER_FIXED, KafkaSink
+from snapshotter.verify.kafka import read_topic
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:59092"
 PARTITIONS = 3
 SAMPLE_PER_PARTITION = 5000  # messages read back per partition for D3 / D4
-JSONL_SINK = '[sink]\nkind = "jsonl"\npath = "events.jsonl"\n'  # snapshot_bench's configs
-SOURCE_NAME = 'name = "bench"\n'
 
 
 def log(message: str) -> None:
@@ -115,7 +115,7 @@ def render_table(rows: Sequence[Row]) -> str:
     for r in rows:
         base = next((b for b in rows if b.kind == "A" and b.source == r.source), None)
         ratio = f"{r.rate / base.rate:.2f}" if base else "–"
-        prefix = sb.MYSQL_PREFIX if r.source == "mysql" else ""
+        prefix = inproc.MYSQL_PREFIX if r.source == "mysql" else ""
         if r.error:
             lines.append(f"| {prefix}{r.what} | {r.rows:,} | – | – | failed (see below) |")
             continue
@@ -281,22 +281,6 @@ def sizes(messages: Sequence[Message]) -> tuple[float, float]:
 # --------------------------------------------------------------------------- engine runs
 
 
-def use_kafka_sink(
-    config_path: Path, name: str, bootstrap: str, partitions: int, schemas: bool
-) -> None:
-    """Swap a ``snapshot_bench`` capture's JSONL sink for the kafka sink and its source name
-    (the topic prefix) for ``name``."""
-    text = config_path.read_text(encoding="utf-8")
-    if JSONL_SINK not in text or SOURCE_NAME not in text:
-        raise RuntimeError(f"{config_path}: not snapshot_bench's config any more")
-    sink = (
-        f'[sink]\nkind = "kafka"\nbootstrap_servers = "{bootstrap}"\n'
-        f"partitions = {partitions}\nschemas = {'true' if schemas else 'false'}\n"
-    )
-    text = text.replace(JSONL_SINK, sink).replace(SOURCE_NAME, f'name = "{name}"\n')
-    config_path.write_text(text, encoding="utf-8")
-
-
 @dataclass
 class KafkaSettings:
     """A capture's kafka sink: topic prefix, brokers, partitions, schemas."""
@@ -306,32 +290,38 @@ class KafkaSettings:
     partitions: int = PARTITIONS
     schemas: bool = False
 
+    def sink(self) -> str:
+        """The ``[sink]`` section (``inprocess.Capture``'s ``sink``)."""
+        return (
+            f'[sink]\nkind = "kafka"\nbootstrap_servers = "{self.bootstrap}"\n'
+            f"partitions = {self.partitions}\nschemas = {'true' if self.schemas else 'false'}\n"
+        )
+
 
 @dataclass
 class _KafkaSinkMixin:
-    """Turns a ``snapshot_bench`` capture (own slot/publication or server id, own state
-    directory) into one with the kafka sink."""
+    """A capture (own slot/publication or server id, own state directory) with the kafka
+    sink, its topic prefix the source's name."""
 
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
 
     def __post_init__(self) -> None:
+        self.sink, self.name = self.kafka.sink(), self.kafka.name
         super().__post_init__()  # type: ignore[misc]
-        k = self.kafka
-        use_kafka_sink(self.config_path, k.name, k.bootstrap, k.partitions, k.schemas)  # type: ignore[attr-defined]
 
     @property
     def topic(self) -> str:
-        return f"{self.kafka.name}.{self.schema}.{sb.TABLE}"  # type: ignore[attr-defined]
+        return f"{self.kafka.name}.{self.schema}.{inproc.TABLE}"  # type: ignore[attr-defined]
 
 
 @dataclass
-class KafkaCapture(_KafkaSinkMixin, sb.Capture):
-    """``snapshot_bench.Capture`` with the kafka sink."""
+class KafkaCapture(_KafkaSinkMixin, inproc.Capture):
+    """``inprocess.Capture`` with the kafka sink."""
 
 
 @dataclass
-class KafkaMySqlCapture(_KafkaSinkMixin, sb.MySqlCapture):
-    """``snapshot_bench.MySqlCapture`` with the kafka sink."""
+class KafkaMySqlCapture(_KafkaSinkMixin, inproc.MySqlCapture):
+    """``inprocess.MySqlCapture`` with the kafka sink."""
 
 
 AnyKafkaCapture = KafkaCapture | KafkaMySqlCapture
@@ -348,12 +338,7 @@ class Sent:
 def engine_to_kafka(capture: AnyKafkaCapture, rows: int, what: str, kind: str, source: str) -> Sent:
     """Signal, ``run_engine(until_caught_up=True)`` with the configured kafka sink; then the
     topic must hold exactly ``rows`` messages."""
-    capture.init()
-    config = capture.config
-    capture.signal_snapshot()
-    started = time.perf_counter()
-    code = run_engine(config, until_caught_up=True)
-    seconds = time.perf_counter() - started
+    code, seconds = capture.run_snapshot()
     if code != 0:
         raise RuntimeError(f"{what}: the engine exited {code}")
     bootstrap = capture.kafka.bootstrap
@@ -437,23 +422,18 @@ class EncodeOnlySink(KafkaSink):
         return PARTITIONS
 
 
-def engine_encode_only(capture: sb.Capture, rows: int, source: str) -> Row:
+def engine_encode_only(capture: inproc.Capture, rows: int, source: str) -> Row:
     what = "D2: snapshot → kafka sink's encoding only (producer stubbed, no kafka-python)"
     sink = EncodeOnlySink(DEFAULT_BOOTSTRAP, "encode-only", ("id",))
-    capture.init()
-    config = capture.config
-    capture.signal_snapshot()
-    started = time.perf_counter()
-    code = run_engine(config, until_caught_up=True, sink=sink)
-    seconds = time.perf_counter() - started
+    code, seconds = capture.run_snapshot(sink)
     if code != 0 or sink.null.messages != rows:
         raise RuntimeError(f"{what}: exit {code}, {sink.null.messages} messages for {rows} rows")
     note = f"{sink.null.bytes / 1e6:,.0f} MB of keys and values encoded"
     return Row(what, rows, seconds, source, "D", note)
 
 
-def engine_counting(capture: sb.Capture, rows: int, source: str) -> Row:
-    r = sb.snapshot(capture, rows, CountingSink(), "counting")
+def engine_counting(capture: inproc.Capture, rows: int, source: str) -> Row:
+    r = inproc.snapshot(capture, rows, CountingSink(), "counting")
     assert r.seconds is not None
     return Row(
         "D1: snapshot → counting sink (the engine, no sink cost)", rows, r.seconds, source, "D"
@@ -526,32 +506,17 @@ def read_back(bootstrap: str, topic: str, rows: int, source: str) -> Row:
 
 def profiled(capture: AnyKafkaCapture, rows: int, top: int, source: str) -> str:
     """B once more under cProfile in every thread; the top entries per thread."""
-    capture.init()
-    config = capture.config
-    capture.signal_snapshot()
-    with sb.profile_threads() as profiles:
-        started = time.perf_counter()
-        code = run_engine(config, until_caught_up=True)
-        seconds = time.perf_counter() - started
+    profiles: dict[str, cProfile.Profile] = {}
+    code, seconds = capture.run_snapshot(profiles=profiles)
     counts = topic_counts(capture.kafka.bootstrap, capture.topic)
     if code != 0 or sum(counts.values()) != rows:
         raise RuntimeError(f"profiled run: exit {code}, topic holds {counts}")
-    prefix = sb.MYSQL_PREFIX if source == "mysql" else ""
+    prefix = inproc.MYSQL_PREFIX if source == "mysql" else ""
     out = [
         f"### {prefix}cProfile: snapshot → kafka sink, {rows:,} rows, {seconds:.2f} s under "
         f"the profiler ({rows / seconds:,.0f} rows/s); top {top} by cumulative time per thread"
     ]
-    for name, profiler in profiles.items():
-        text = io.StringIO()
-        stats = pstats.Stats(profiler, stream=text)
-        if not stats.stats:  # type: ignore[attr-defined]
-            continue
-        stats.sort_stats("cumulative").print_stats(top)
-        body = sb.shorten_paths(text.getvalue()).strip().splitlines()
-        start = next((i for i, line in enumerate(body) if "ncalls" in line), 0)
-        total = stats.total_tt  # type: ignore[attr-defined]
-        out += [f"\nthread {name} ({total:.2f} s profiled):", "```", *body[start:], "```"]
-    return "\n".join(out)
+    return "\n".join(out + per_thread(profiles, top))
 
 
 # --------------------------------------------------------------------------- per source
@@ -568,8 +533,8 @@ def measure(
     args: argparse.Namespace,
     source: str,
     prefix: str,
-    baseline: Callable[[], sb.Result],
-    new_capture: Callable[[str, KafkaSettings | None], sb.Capture],
+    baseline: Callable[[], Result],
+    new_capture: Callable[[str, KafkaSettings | None], inproc.Capture],
 ) -> tuple[list[Row], str]:
     """A, B, C, D1–D4 (and R, the profile) for one loaded table."""
     rows: list[Row] = []
@@ -593,7 +558,7 @@ def measure(
     log(f"{source}: A, plain read ...")
     a = baseline()
     assert a.rows is not None and a.seconds is not None
-    add(Row("A: " + a.what.removeprefix(sb.MYSQL_PREFIX), a.rows, a.seconds, source, "A"))
+    add(Row("A: " + a.what.removeprefix(inproc.MYSQL_PREFIX), a.rows, a.seconds, source, "A"))
 
     log(f"{source}: B, snapshot → kafka sink ...")
     b_capture = kafka_capture("b", False)
@@ -641,54 +606,54 @@ def measure(
 
 
 def measure_postgres(args: argparse.Namespace, prefix: str, chunk: int, tmp: Path) -> Measured:
-    url = sb.resolve_url(args.url)
+    url = pg_url(args.url)
     schema = f"bench_{uuid.uuid4().hex[:10]}"
-    captures: list[sb.Capture] = []
+    captures: list[inproc.Capture] = []
 
-    def new_capture(name: str, kafka: KafkaSettings | None) -> sb.Capture:
+    def new_capture(name: str, kafka: KafkaSettings | None) -> inproc.Capture:
         directory = tmp / f"pg-{name}"
-        c: sb.Capture
+        c: inproc.Capture
         if kafka is None:
-            c = sb.Capture(url, schema, directory, chunk)
+            c = inproc.Capture(url, schema, directory, chunk)
         else:
             c = KafkaCapture(url, schema, directory, chunk, kafka=kafka)
         captures.append(c)
         return c
 
     try:
-        log(f"postgres: loading {args.rows:,} rows into {schema}.{sb.TABLE} ...")
-        load_s = sb.load_table(url, schema, args.rows)
+        log(f"postgres: loading {args.rows:,} rows into {schema}.{inproc.TABLE} ...")
+        load_s = inproc.load_table(url, schema, args.rows)
         log(f"postgres: loaded in {load_s:.1f} s")
         rows, profile = measure(
-            args, "postgres", prefix, lambda: sb.plain_read(url, schema), new_capture
+            args, "postgres", prefix, lambda: inproc.plain_read(url, schema), new_capture
         )
     finally:
-        sb.cleanup(url, schema, captures)
-    return Measured(rows, sb.machine(url), profile)
+        inproc.cleanup(url, schema, captures)
+    return Measured(rows, inproc.machine(url), profile)
 
 
 def measure_mysql(args: argparse.Namespace, prefix: str, chunk: int, tmp: Path) -> Measured:
-    server = my.resolve_mysql_url(args.mysql_url)
+    server = mysql_url(args.mysql_url)
     database = f"bench_{uuid.uuid4().hex[:10]}"
-    url = my.with_database(server, database)
+    url = mydb.with_database(server, database)
 
-    def new_capture(name: str, kafka: KafkaSettings | None) -> sb.Capture:
+    def new_capture(name: str, kafka: KafkaSettings | None) -> inproc.Capture:
         directory = tmp / f"my-{name}"
         if kafka is None:
-            return sb.MySqlCapture(url, database, directory, chunk)
+            return inproc.MySqlCapture(url, database, directory, chunk)
         return KafkaMySqlCapture(url, database, directory, chunk, kafka=kafka)
 
-    my.create_database(server, database)
+    mydb.create_database(server, database)
     try:
-        log(f"mysql: loading {args.rows:,} rows into {database}.{sb.TABLE} ...")
-        load_s = my.load_items(server, database, args.rows)
+        log(f"mysql: loading {args.rows:,} rows into {database}.{inproc.TABLE} ...")
+        load_s = mydb.load_items(server, database, args.rows)
         log(f"mysql: loaded in {load_s:.1f} s")
         rows, profile = measure(
-            args, "mysql", prefix, lambda: sb.mysql_plain_read(url, database), new_capture
+            args, "mysql", prefix, lambda: inproc.mysql_plain_read(url, database), new_capture
         )
     finally:
-        my.drop_database(server, database)
-    return Measured(rows, sb.mysql_machine(server), profile)
+        mydb.drop_database(server, database)
+    return Measured(rows, inproc.mysql_machine(server), profile)
 
 
 # --------------------------------------------------------------------------- main
@@ -716,7 +681,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--chunk-size",
         type=int,
         default=None,
-        help=f"engine chunk size (default: the config's default, {sb.DEFAULT_CHUNK_SIZE})",
+        help=f"engine chunk size (default: the config's default, {inproc.DEFAULT_CHUNK_SIZE})",
     )
     parser.add_argument(
         "--read-back",
@@ -742,7 +707,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # mysql-replication warns on every reconnect, closing the binlog stream included.
     logging.getLogger("pymysqlreplication").setLevel(logging.ERROR)
-    chunk = args.chunk_size or sb.DEFAULT_CHUNK_SIZE
+    chunk = args.chunk_size or inproc.DEFAULT_CHUNK_SIZE
     broker = check_broker(args.bootstrap)
     prefix = f"kbench-{uuid.uuid4().hex[:8]}"
     parts: list[Measured] = []
@@ -763,7 +728,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"## kafka sink bench: {args.rows:,} rows, chunk size {chunk}\n")
     lines = [line for part in parts for line in part.machine]
     lines.append(
-        f"- kafka-python {my.package_version('kafka-python')}, broker {args.bootstrap} "
+        f"- kafka-python {package_version('kafka-python')}, broker {args.bootstrap} "
         f"(API version {broker} as kafka-python infers it), {crc_implementation()}; topics of "
         f"{PARTITIONS} partitions, replication 1; producer: "
         + ", ".join(f"{k}={v}" for k, v in {**PRODUCER_DEFAULTS, **PRODUCER_FIXED}.items())
@@ -777,11 +742,11 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(render_table(rows))
     notes = [
-        f"- {sb.MYSQL_PREFIX if r.source == 'mysql' else ''}{r.what.split(':')[0]}: {r.note}"
+        f"- {inproc.MYSQL_PREFIX if r.source == 'mysql' else ''}{r.what.split(':')[0]}: {r.note}"
         for r in rows
         if r.note
     ] + [
-        f"- {sb.MYSQL_PREFIX if r.source == 'mysql' else ''}{r.what.split(':')[0]} failed: "
+        f"- {inproc.MYSQL_PREFIX if r.source == 'mysql' else ''}{r.what.split(':')[0]} failed: "
         f"{r.error}"
         for r in rows
         if r.error

@@ -1,4 +1,4 @@
-"""The end-to-end bench's pure parts (bench/e2e): statistics, config text, --set, the report's
+"""The end-to-end bench's pure parts (bench/lib): statistics, config text, --set, the report's
 ratios and latency phases, and the timing proxy the engine's sink is wrapped in."""
 
 from __future__ import annotations
@@ -6,11 +6,9 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 import time
 import tomllib
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -18,19 +16,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-from e2e import report
-from e2e.child import Channel, TimedSink
-from e2e.common import (
-    apply_settings,
-    parse_setting,
-    percentile,
-    toml_text,
-)
-from e2e.engine import EngineRun
-from e2e.sources import PlainRead
-
+from bench.lib import report
+from bench.lib.child import Channel, TimedSink
+from bench.lib.configs import apply_settings, parse_setting, toml_text
+from bench.lib.runs import EngineRun
+from bench.lib.stats import percentile
+from bench.lib.tables import PlainRead
 from signals.names import TableId
 from snapshotter.core.events import ChangeEvent, Op, Source
 from snapshotter.core.position import Position

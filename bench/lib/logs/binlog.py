@@ -1,6 +1,6 @@
 """How fast the binlog is decoded, on one backlog written before any reader starts.
 
-    python bench/binlog_decode_bench.py [--captured N] [--other M] [--url URL]
+    python bench/log_bench.py binlog [--captured N] [--other M] [--url URL]
                                         [--profile] [--profile-top K] [--no-process]
 
 One run creates a database ``bench_<random>`` with two tables of the PostgreSQL bench's shape
@@ -37,59 +37,46 @@ The database is dropped at the end, also on error.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import cProfile
-import io
-import logging
 import multiprocessing
 import os
 import platform
-import pstats
 import queue
 import sys
-import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import pymysql
 from pymysql.constants import CLIENT
-
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # run from a checkout without installing, like the tests
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling bench modules
-
-from mysql_read_bench import (  # noqa: E402
-    connect_args,
-    create_database,
-    drop_database,
-    execute,
-    package_version,
-    resolve_mysql_url,
-)
-from pymysqlreplication import BinLogStreamReader  # noqa: E402
-from pymysqlreplication.row_event import (  # noqa: E402
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.row_event import (
     DeleteRowsEvent,
     UpdateRowsEvent,
     WriteRowsEvent,
 )
 
-from signals.names import TableId  # noqa: E402
-from snapshotter.sources.log import Change, Commit, Progress  # noqa: E402
-from snapshotter.sources.mysql import reader as binlog_reader  # noqa: E402
-from snapshotter.sources.mysql.decoder import BinlogDecoder  # noqa: E402
-from snapshotter.sources.mysql.positions import binlog_offset  # noqa: E402
-from snapshotter.sources.mysql.reader import BinlogLogReader  # noqa: E402
+from bench.lib.mysql import bench_database, connect_args, drop_database, execute
+from bench.lib.profiling import profile_threads, top_functions
+from bench.lib.servers import package_version
+from signals.names import TableId
+from snapshotter.sources.log import Change, Commit, Progress
+from snapshotter.sources.mysql import reader as binlog_reader
+from snapshotter.sources.mysql.decoder import BinlogDecoder
+from snapshotter.sources.mysql.positions import binlog_offset
+from snapshotter.sources.mysql.reader import BinlogLogReader
 
 CAPTURED = "captured"
 OTHER = "other"
 SERVER_ID = 6102
 ROWS_EVENTS = (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)
 READER_EVENTS = binlog_reader._EVENTS  # what BinlogLogReader asks the library for
+# BinlogLogReader's settings, for the inline and child-process decoders
+READER_SETTINGS: dict[str, Any] = {
+    "only_events": READER_EVENTS,
+    "slave_heartbeat": 1.0,
+    "enable_logging": False,
+}
 TIMEOUT_S = 1800.0
 
 
@@ -270,9 +257,7 @@ def decoder_inline(backlog: Backlog, url: str, what: str, freeze_schema: bool) -
         backlog,
         url,
         on_event,
-        only_events=READER_EVENTS,
-        slave_heartbeat=1.0,
-        enable_logging=False,
+        **READER_SETTINGS,
         freeze_schema=freeze_schema,
     )
     return Run(what, counts[0], counts[1], seconds, "events = log items the decoder made")
@@ -340,9 +325,7 @@ def _child(backlog: Backlog, url: str, out: Any) -> None:
             backlog,
             url,
             on_event,
-            only_events=READER_EVENTS,
-            slave_heartbeat=1.0,
-            enable_logging=False,
+            **READER_SETTINGS,
         )
         if batch:
             out.put(batch)
@@ -387,38 +370,6 @@ def in_process(backlog: Backlog, url: str) -> Run:
 # --------------------------------------------------------------------------- profile
 
 
-@contextlib.contextmanager
-def profile_threads() -> Iterator[dict[str, cProfile.Profile]]:
-    """cProfile in this thread and in every thread started inside the block."""
-    profiles: dict[str, cProfile.Profile] = {}
-
-    def bootstrap(frame: FrameType, event: str, arg: object) -> None:
-        profiler = cProfile.Profile()
-        profiles[threading.current_thread().name] = profiler
-        sys.setprofile(None)
-        profiler.enable()
-
-    main = cProfile.Profile()
-    profiles[threading.current_thread().name] = main
-    threading.setprofile(bootstrap)
-    main.enable()
-    try:
-        yield profiles
-    finally:
-        main.disable()
-        threading.setprofile(None)
-        for profiler in profiles.values():
-            profiler.disable()
-
-
-def shorten_paths(text: str) -> str:
-    text = text.replace(str(REPO) + os.sep, "")
-    for entry in sorted(set(sys.path), key=len, reverse=True):
-        if entry and entry.rstrip(os.sep) != str(REPO) and os.path.isdir(entry):
-            text = text.replace(entry.rstrip(os.sep) + os.sep, "")
-    return text
-
-
 def profiled(backlog: Backlog, url: str, top: int, proposed: bool) -> str:
     with profile_threads() as profiles:
         run = ours(backlog, url, proposed)
@@ -430,18 +381,9 @@ def profiled(backlog: Backlog, url: str, top: int, proposed: bool) -> str:
     for name, profiler in profiles.items():
         if name != "binlog-reader":
             continue
-        text = io.StringIO()
-        stats = pstats.Stats(profiler, stream=text)
-        stats.sort_stats("cumulative").print_stats(top)
-        body = shorten_paths(text.getvalue()).strip().splitlines()
-        start = next((i for i, line in enumerate(body) if "ncalls" in line), 0)
-        out += ["", "```", *body[start:], "```"]
-        text = io.StringIO()
-        stats = pstats.Stats(profiler, stream=text)
-        stats.sort_stats("tottime").print_stats(top)
-        body = shorten_paths(text.getvalue()).strip().splitlines()
-        start = next((i for i, line in enumerate(body) if "ncalls" in line), 0)
-        out += ["", f"top {top} by own time (tottime), reader thread:", "```", *body[start:], "```"]
+        out += ["", "```", *top_functions(profiler, top), "```"]
+        by_own_time = top_functions(profiler, top, "tottime")
+        out += ["", f"top {top} by own time (tottime), reader thread:", "```", *by_own_time, "```"]
     return "\n".join(out)
 
 
@@ -484,13 +426,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    # mysql-replication logs a warning on every reconnect, closing a stream included.
-    logging.getLogger("pymysqlreplication").setLevel(logging.ERROR)
-    url = resolve_mysql_url(args.url)
-    database = f"bench_{uuid.uuid4().hex[:10]}"
+    url, database = bench_database(args.url)
     runs: list[Run] = []
     profile_text = ""
-    create_database(url, database)
     try:
         create_tables(url, database)
         start = binlog_position(url)
@@ -624,7 +562,3 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(profile_text)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

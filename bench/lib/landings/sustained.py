@@ -2,10 +2,10 @@
 at a steady rate while ``snapshotter run`` lands them; what landed per second, how far behind
 the source each event landed, and what files the tables hold afterwards.
 
-    python bench/landing_sustained_bench.py                      # 60 s per format, 1M rows
-    python bench/landing_sustained_bench.py --seconds 20 --rows 100000 --formats iceberg
+    python bench/landing_bench.py sustained                      # 60 s per format, 1M rows
+    python bench/landing_bench.py sustained --seconds 20 --rows 100000 --formats iceberg
 
-One PostgreSQL table (``e2e/sources.py``), Spark in local mode (local[2]), the CLI in this
+One PostgreSQL table (``bench/lib/tables.py``), Spark in local mode (local[2]), the CLI in this
 process. Per format: a snapshot lands the table (``run --until-caught-up``); then ``run``
 while the writer updates ``--rate`` random rows a second in transactions of ``--per-commit``
 for ``--seconds``; a few seconds after the writer stops the run gets SIGTERM (and closes as
@@ -33,10 +33,10 @@ from typing import Any
 
 import psycopg
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from e2e.common import percentile, toml_text
-from e2e.sources import TENANT_ROWS, Postgres, package_version, service_url
+from bench.lib.runs import init_and_signal, run_config
+from bench.lib.servers import package_version, service_url
+from bench.lib.stats import percentile
+from bench.lib.tables import TENANT_ROWS, Postgres
 
 FORMATS = ("parquet", "delta", "iceberg")
 TABLE = "bench_sustained"
@@ -90,39 +90,13 @@ def _files(path: Path) -> tuple[int, int]:
     return data, deletes
 
 
-def _config(db: Postgres, run: Path, fmt: str, tag: str) -> str:
-    config = run / "snapshotter.toml"
-    config.write_text(
-        toml_text(
-            {
-                "source": {
-                    "kind": "postgres",
-                    "url": db.url,
-                    "tables": [f"{db.schema}.{TABLE}"],
-                    "signal_table": f"{db.schema}.debezium_signal",
-                    "slot": f"ls_{tag}",
-                    "publication": f"ls_{tag}",
-                },
-                "sink": {"kind": "spark", "path": str(run / "lake"), "format": fmt},
-                "state": {"dir": str(run / "state")},
-                "spark": {"master": "local[2]"},
-            }
-        )
-    )
-    return str(config)
-
-
 def _one(args: argparse.Namespace, db: Postgres, work: Path, fmt: str) -> dict[str, Any]:
     from snapshotter.app.cli import main as cli
     from snapshotter.sinks.spark import lander as lander_module
 
-    tag = uuid.uuid4().hex[:8]
-    run = work / f"run-{tag}"
-    run.mkdir()
-    db.slots.append(f"ls_{tag}")
-    cfg = _config(db, run, fmt, tag)
-    assert cli(["init", "-c", cfg]) == 0
-    assert cli(["signal", "execute-snapshot", f"{db.schema}.{TABLE}", "-c", cfg]) == 0
+    sink = {"kind": "spark", "format": fmt}
+    run, cfg = run_config(db, work, TABLE, sink, {"master": "local[2]"})
+    init_and_signal(cfg, db, TABLE)
     assert cli(["run", "-c", cfg, "--until-caught-up"]) == 0
 
     landed_at: dict[int, float] = {}  # batch -> wall time its landing finished
@@ -176,7 +150,7 @@ def _one(args: argparse.Namespace, db: Postgres, work: Path, fmt: str) -> dict[s
     }
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--seconds", type=float, default=60.0)
@@ -185,7 +159,7 @@ def main() -> int:
     parser.add_argument("--grace", type=float, default=10.0, help="seconds before SIGTERM")
     parser.add_argument("--formats", nargs="+", choices=FORMATS, default=list(FORMATS))
     parser.add_argument("--url", help="PostgreSQL URL (else scripts/services)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     db = Postgres(
         service_url("postgres", "SNAPSHOTTER_PG_URL", args.url), f"ls_{uuid.uuid4().hex[:8]}"
@@ -216,7 +190,3 @@ def main() -> int:
             f"{r['p99']:.1f} | {r['data']} | {r['deletes']} |"
         )
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,12 +1,13 @@
 """The Spark sink, end to end against hand-written baselines, and its landing cost per batch.
 
-    python bench/spark_bench.py [--part all|e2e|landing] [--source postgres|mysql|both]
-                                [--rows N] [--delta] [--profile] [--batches B] [--batch-rows R]
+    python bench/landing_bench.py spark [--part all|e2e|landing] [--source postgres|mysql|both]
+                                        [--rows N] [--delta] [--profile] [--batches B]
+                                        [--batch-rows R]
 
-Part 1, end to end (``--part e2e``): one table of N rows (``snapshot_bench``'s table and
+Part 1, end to end (``--part e2e``): one table of N rows (``bench.lib.inprocess``' table and
 loader), measured in the same run, three ways:
 
-A. a plain read into Arrow (``snapshot_bench``'s baseline: psycopg with the engine's loaders,
+A. a plain read into Arrow (``bench.lib.inprocess``' baseline: psycopg with the engine's loaders,
    or pymysql with the dialect's Arrow types), then ``pyarrow.parquet.write_table``;
 B. what a Spark user writes by hand: ``spark.read.jdbc(url, table, properties=...)
    .write.parquet(...)`` with the JDBC driver jar of ``snapshotter.sinks.spark.jars.jdbc_jar``:
@@ -19,7 +20,7 @@ C. snapshotter: ``init``, the ``execute-snapshot`` signal and ``run_engine(until
    the runner builds in place of the configured sink (session start, staging split into
    events → Arrow and Arrow → Parquet, backpressure, the final wait) and ``sink.landed``
    (landing and compaction seconds). The landed current state and changelog are counted.
-   C0, for scale: ``snapshot_bench``'s snapshot → counting sink on the same table (the engine
+   C0, for scale: ``bench.lib.inprocess``' snapshot → counting sink on the same table (the engine
    without any sink cost or Spark).
 
 Every Spark measurement (each B, each C) runs in a child process of its own (one
@@ -62,28 +63,23 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
-from operator import itemgetter
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pymysql
 import sqlalchemy as sa
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # run from a checkout without installing, like the tests
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling bench modules
-
-import mysql_read_bench as my  # noqa: E402
-import snapshot_bench as sb  # noqa: E402
-
-from signals.names import TableId  # noqa: E402
-from snapshotter.config import SinkConfig, SparkConfig  # noqa: E402
-from snapshotter.sinks.spark.types import BATCH, META_FIELDS  # noqa: E402
-from snapshotter.sources.mysql.dialect import MySqlDialect  # noqa: E402
+from bench.lib import inprocess as inproc
+from bench.lib import mysql as mydb
+from bench.lib.profiling import top_functions
+from bench.lib.servers import REPO, mysql_url, pg_url
+from signals.names import TableId
+from snapshotter.app.cli import main as cli_main
+from snapshotter.config import SinkConfig, SparkConfig
+from snapshotter.sinks.counting import CountingSink
+from snapshotter.sinks.spark.types import BATCH, META_FIELDS
 
 CHILD_FLAG = "--child"
 CHILD_TIMEOUT_S = 3600.0
@@ -149,39 +145,9 @@ def render_e2e(rows: list[Row]) -> str:
 # --------------------------------------------------------------------------- A: pyarrow
 
 
-def pg_read_arrow(url: str, schema: str) -> pa.Table:
-    """``snapshot_bench.plain_read``, keeping the table: ``SELECT *`` with the engine's
-    loaders, into Arrow column by column as the PostgreSQL dialect builds a chunk."""
-    with psycopg.connect(url, context=sb.pg_types.LoadContext()) as conn:
-        conn.execute("SET TimeZone TO 'UTC'")
-        cur = conn.execute(f'SELECT * FROM "{schema}"."{sb.TABLE}"')
-        assert cur.description is not None
-        types = [(c.name, sb.pg_types.arrow_type(c.type_code)) for c in cur.description]
-        rows = cur.fetchall()
-    arrays = [
-        pa.array(list(map(itemgetter(i), rows)), type=arrow) for i, (_, arrow) in enumerate(types)
-    ]
-    return pa.Table.from_arrays(arrays, names=[name for name, _ in types])
-
-
 def mysql_read_arrow(url: str, database: str) -> pa.Table:
-    """``mysql_read_bench.pymysql_buffered``, keeping the table (the MySQL baseline)."""
-    dialect = MySqlDialect(url, signal_table=TableId(database, sb.SIGNAL_TABLE))
-    try:
-        schema = dialect.describe(TableId(database, sb.TABLE))
-    finally:
-        dialect.close()
-    conn = pymysql.connect(**my.connect_args(url), autocommit=True)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SET time_zone = '+00:00'")
-            cur.execute("START TRANSACTION READ ONLY")
-            cur.execute(my.select_all(database, schema))
-            rows = list(cur.fetchall())
-            cur.execute("COMMIT")
-    finally:
-        conn.close()
-    return my.rows_to_arrow(schema, rows)
+    """The MySQL baseline: the table described, then read through pymysql into Arrow."""
+    return mydb.pymysql_table(url, database, inproc.mysql_schema(url, database))
 
 
 def baseline_a(read: Callable[[], pa.Table], out: Path, source: str) -> Row:
@@ -206,7 +172,7 @@ def baseline_a(read: Callable[[], pa.Table], out: Path, source: str) -> Row:
 
 
 def run_child(spec: dict[str, Any], workdir: Path, name: str) -> dict[str, Any]:
-    """Run this script with ``--child spec.json`` and return what it wrote to its result
+    """Run ``landing_bench.py spark --child spec.json`` and return what it wrote to its result
     file; its stdout and stderr (Spark's chatter) go to ``<name>.log``, shown on failure."""
     workdir.mkdir(parents=True, exist_ok=True)
     spec_path = workdir / f"{name}.spec.json"
@@ -217,7 +183,13 @@ def run_child(spec: dict[str, Any], workdir: Path, name: str) -> dict[str, Any]:
     started = time.perf_counter()
     with log_path.open("wb") as out:
         proc = subprocess.run(
-            [sys.executable, str(Path(__file__).resolve()), CHILD_FLAG, str(spec_path)],
+            [
+                sys.executable,
+                str(REPO / "bench" / "landing_bench.py"),
+                "spark",
+                CHILD_FLAG,
+                str(spec_path),
+            ],
             stdout=out,
             stderr=subprocess.STDOUT,
             timeout=CHILD_TIMEOUT_S,
@@ -251,7 +223,7 @@ def jdbc_target(kind: str, url: str, schema: str) -> dict[str, Any]:
     if kind == "postgres":
         return {
             "url": f"jdbc:postgresql://{host}:{port or 5432}/{parsed.database}",
-            "table": f'"{schema}"."{sb.TABLE}"',
+            "table": f'"{schema}"."{inproc.TABLE}"',
             "properties": {**props, "driver": "org.postgresql.Driver"},
         }
     # Spark picks its MySQL dialect (backquoted names) for jdbc:mysql: URLs only; with
@@ -259,7 +231,7 @@ def jdbc_target(kind: str, url: str, schema: str) -> dict[str, Any]:
     # MariaDB's driver takes the jdbc:mysql: scheme with permitMysqlScheme.
     return {
         "url": f"jdbc:mysql://{host}:{port or 3306}/{schema}?permitMysqlScheme",
-        "table": f"`{schema}`.`{sb.TABLE}`",
+        "table": f"`{schema}`.`{inproc.TABLE}`",
         "properties": {**props, "driver": "org.mariadb.jdbc.Driver"},
     }
 
@@ -351,44 +323,14 @@ def baseline_b(args: argparse.Namespace, kind: str, url: str, schema: str, tmp: 
 # --------------------------------------------------------------------------- C: snapshotter
 
 
-SPARK_SINK_FROM = '[sink]\nkind = "jsonl"\npath = "events.jsonl"\n'
-
-
-def use_spark_sink(config_path: Path, fmt: str, master: str, conf: dict[str, str]) -> None:
-    """Swap the JSONL sink of a ``snapshot_bench`` capture's config for the spark sink."""
-    text = config_path.read_text(encoding="utf-8")
-    if SPARK_SINK_FROM not in text:
-        raise RuntimeError(f"{config_path}: no JSONL [sink] section to replace")
+def spark_sink(fmt: str, master: str, conf: dict[str, str]) -> str:
+    """The ``[sink]`` and ``[spark]`` sections of a capture (``inprocess.Capture``'s
+    ``sink``) with the spark sink."""
     conf_toml = ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in conf.items())
-    sink = (
+    return (
         f'[sink]\nkind = "spark"\npath = "lake"\nformat = "{fmt}"\n\n'
         f'[spark]\nmaster = "{master}"\nconf = {{ {conf_toml} }}\n'
     )
-    config_path.write_text(text.replace(SPARK_SINK_FROM, sink), encoding="utf-8")
-
-
-@dataclass
-class SparkCapture(sb.Capture):
-    """``snapshot_bench.Capture`` (own slot, publication, state directory) with the spark sink."""
-
-    fmt: str = "parquet"
-    master: str = "local[*]"
-    conf: dict[str, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        use_spark_sink(self.config_path, self.fmt, self.master, self.conf)
-
-
-@dataclass
-class SparkMySqlCapture(sb.MySqlCapture):
-    fmt: str = "parquet"
-    master: str = "local[*]"
-    conf: dict[str, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        use_spark_sink(self.config_path, self.fmt, self.master, self.conf)
 
 
 def child_snapshot(spec: dict[str, Any]) -> dict[str, Any]:
@@ -443,9 +385,9 @@ def child_snapshot(spec: dict[str, Any]) -> dict[str, Any]:
             if profiler is not None:  # the snapshot part only: not Spark's start, not close
                 profiler.enable()
 
-        def _stage(self) -> None:
+        def _stage(self, work: Any) -> None:  # on the sink's stager thread
             started = time.perf_counter()
-            super()._stage()
+            super()._stage(work)
             timing["stage"] += time.perf_counter() - started
 
         def _wait_for_room(self) -> None:
@@ -471,7 +413,7 @@ def child_snapshot(spec: dict[str, Any]) -> dict[str, Any]:
     config = load_config(spec["config"])
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
-        code = sb.cli_main(["signal", "-c", spec["config"], "execute-snapshot", spec["table"]])
+        code = cli_main(["signal", "-c", spec["config"], "execute-snapshot", spec["table"]])
     if code != 0:
         raise RuntimeError(f"snapshotter signal exited {code}:\n{buffer.getvalue()}")
     started = time.perf_counter()
@@ -498,13 +440,8 @@ def child_snapshot(spec: dict[str, Any]) -> dict[str, Any]:
         "spark": lander.spark.version,
     }
     if profiler is not None:
-        text = io.StringIO()
-        stats = pstats.Stats(profiler, stream=text)
-        stats.sort_stats("cumulative").print_stats(spec["profile_top"])
-        body = sb.shorten_paths(text.getvalue()).strip().splitlines()
-        start = next((i for i, line in enumerate(body) if "ncalls" in line), 0)
-        result["profile"] = "\n".join(body[start:])
-        result["profile_total"] = stats.total_tt  # type: ignore[attr-defined]
+        result["profile"] = "\n".join(top_functions(profiler, spec["profile_top"]))
+        result["profile_total"] = pstats.Stats(profiler).total_tt  # type: ignore[attr-defined]
     return result
 
 
@@ -517,7 +454,7 @@ class Breakdown:
 
 def snapshotter_run(
     args: argparse.Namespace,
-    capture: sb.Capture,
+    capture: inproc.Capture,
     kind: str,
     fmt: str,
     tmp: Path,
@@ -530,7 +467,7 @@ def snapshotter_run(
     spec = {
         "child": "snapshot",
         "config": str(capture.config_path),
-        "table": f"{capture.schema}.{sb.TABLE}",
+        "table": f"{capture.schema}.{inproc.TABLE}",
         "profile": profile,
         "profile_top": args.profile_top,
     }
@@ -544,10 +481,10 @@ def snapshotter_run(
     return r
 
 
-def counting_row(capture: sb.Capture, rows: int, source: str) -> Row:
-    """``snapshot_bench``'s snapshot → counting sink, on the same table: the engine without
+def counting_row(capture: inproc.Capture, rows: int, source: str) -> Row:
+    """``bench.lib.inprocess``' snapshot → counting sink, on the same table: the engine without
     any sink cost, to set C against."""
-    r = sb.snapshot(capture, rows, sb.CountingSink(), "counting")
+    r = inproc.snapshot(capture, rows, CountingSink(), "counting")
     assert r.seconds is not None
     what = "C0: snapshotter → counting sink (no sink cost, no Spark)"
     return Row(what, rows, r.seconds, "C", source=source)
@@ -590,11 +527,11 @@ def render_breakdown(parts: list[Breakdown]) -> str:
         lambda r: f"{r['snapshot_s']:.2f}",
     )
     line(
-        "  in it, staging, engine thread: events → Arrow (`events_to_landed`)",
+        "  in it, staging, stager thread: rows → Arrow (`pieces_to_landed`)",
         lambda r: f"{r['timing']['to_arrow']:.2f}",
     )
     line(
-        "  in it, staging, engine thread: Arrow → Parquet, fsync, rename",
+        "  in it, staging, stager thread: Arrow → Parquet, fsync, rename",
         lambda r: f"{r['timing']['write']:.2f}",
     )
     line(
@@ -636,30 +573,29 @@ class E2E:
 
 
 def e2e_postgres(args: argparse.Namespace, chunk_size: int, tmp: Path) -> E2E:
-    url = sb.resolve_url(args.url)
+    url = pg_url(args.url)
     schema = f"bench_{uuid.uuid4().hex[:10]}"
-    captures: list[sb.Capture] = []
+    captures: list[inproc.Capture] = []
     rows: list[Row] = []
     breakdowns: list[Breakdown] = []
     profiles: list[str] = []
 
-    def capture(name: str, fmt: str) -> SparkCapture:
-        c = SparkCapture(
-            url, schema, tmp / name, chunk_size, fmt=fmt, master=args.master, conf=spark_conf(args)
-        )
+    def capture(name: str, fmt: str) -> inproc.Capture:
+        sink = spark_sink(fmt, args.master, spark_conf(args))
+        c = inproc.Capture(url, schema, tmp / name, chunk_size, sink=sink)
         captures.append(c)
         return c
 
     try:
-        log(f"postgres: loading {args.rows:,} rows into {schema}.{sb.TABLE} ...")
-        load_s = sb.load_table(url, schema, args.rows)
+        log(f"postgres: loading {args.rows:,} rows into {schema}.{inproc.TABLE} ...")
+        load_s = inproc.load_table(url, schema, args.rows)
         log(f"postgres: loaded in {load_s:.1f} s; A, plain read + pyarrow Parquet ...")
         rows.append(
-            baseline_a(lambda: pg_read_arrow(url, schema), tmp / "pg-a.parquet", "postgres")
+            baseline_a(lambda: inproc.pg_table(url, schema), tmp / "pg-a.parquet", "postgres")
         )
         rows += baseline_b(args, "postgres", url, schema, tmp)
         log("postgres: C0, snapshotter → counting sink (this process) ...")
-        c0 = sb.Capture(url, schema, tmp / "pg-counting", chunk_size)
+        c0 = inproc.Capture(url, schema, tmp / "pg-counting", chunk_size)
         captures.append(c0)
         rows.append(counting_row(c0, args.rows, "postgres"))
         c0.drop()
@@ -677,40 +613,33 @@ def e2e_postgres(args: argparse.Namespace, chunk_size: int, tmp: Path) -> E2E:
             c.drop()
             profiles.append(profile_text("postgres", args.rows, r))
     finally:
-        sb.cleanup(url, schema, captures)
-    return E2E(rows, breakdowns, sb.machine(url), profiles)
+        inproc.cleanup(url, schema, captures)
+    return E2E(rows, breakdowns, inproc.machine(url), profiles)
 
 
 def e2e_mysql(args: argparse.Namespace, chunk_size: int, tmp: Path) -> E2E:
-    server = my.resolve_mysql_url(args.mysql_url)
+    server = mysql_url(args.mysql_url)
     database = f"bench_{uuid.uuid4().hex[:10]}"
-    url = my.with_database(server, database)
+    url = mydb.with_database(server, database)
     rows: list[Row] = []
     breakdowns: list[Breakdown] = []
     profiles: list[str] = []
 
-    def capture(name: str, fmt: str) -> SparkMySqlCapture:
-        return SparkMySqlCapture(
-            url,
-            database,
-            tmp / name,
-            chunk_size,
-            fmt=fmt,
-            master=args.master,
-            conf=spark_conf(args),
-        )
+    def capture(name: str, fmt: str) -> inproc.MySqlCapture:
+        sink = spark_sink(fmt, args.master, spark_conf(args))
+        return inproc.MySqlCapture(url, database, tmp / name, chunk_size, sink=sink)
 
-    my.create_database(server, database)
+    mydb.create_database(server, database)
     try:
-        log(f"mysql: loading {args.rows:,} rows into {database}.{sb.TABLE} ...")
-        load_s = my.load_items(server, database, args.rows)
+        log(f"mysql: loading {args.rows:,} rows into {database}.{inproc.TABLE} ...")
+        load_s = mydb.load_items(server, database, args.rows)
         log(f"mysql: loaded in {load_s:.1f} s; A, plain read + pyarrow Parquet ...")
         rows.append(
             baseline_a(lambda: mysql_read_arrow(url, database), tmp / "my-a.parquet", "mysql")
         )
         rows += baseline_b(args, "mysql", url, database, tmp)
         log("mysql: C0, snapshotter → counting sink (this process) ...")
-        c0 = sb.MySqlCapture(url, database, tmp / "my-counting", chunk_size)
+        c0 = inproc.MySqlCapture(url, database, tmp / "my-counting", chunk_size)
         rows.append(counting_row(c0, args.rows, "mysql"))
         for fmt in ("parquet", "delta") if args.delta else ("parquet",):
             log(f"mysql: C, snapshotter → spark sink ({fmt}) (child process) ...")
@@ -723,8 +652,8 @@ def e2e_mysql(args: argparse.Namespace, chunk_size: int, tmp: Path) -> E2E:
             r = snapshotter_run(args, c, "mysql", "parquet", tmp, "my-profile", profile=True)
             profiles.append(profile_text("mysql", args.rows, r))
     finally:
-        my.drop_database(server, database)
-    return E2E(rows, breakdowns, sb.mysql_machine(server), profiles)
+        mydb.drop_database(server, database)
+    return E2E(rows, breakdowns, inproc.mysql_machine(server), profiles)
 
 
 def profile_text(source: str, rows: int, r: dict[str, Any]) -> str:
@@ -1122,7 +1051,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == [CHILD_FLAG]:
         return child_main(argv[1])
     args = parse_args(argv)
-    chunk_size = args.chunk_size or sb.DEFAULT_CHUNK_SIZE
+    chunk_size = args.chunk_size or inproc.DEFAULT_CHUNK_SIZE
     parts: list[E2E] = []
     landing: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="snapshotter-spark-bench-") as tmp_name:
@@ -1173,7 +1102,3 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(render_landing(r, args.sizes, args.window))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

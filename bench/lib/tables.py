@@ -16,16 +16,12 @@ one of them every 20 ms.
 from __future__ import annotations
 
 import contextlib
-import os
-import platform
-import subprocess
 import sys
 import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +32,9 @@ import pyarrow.parquet as pq
 import pymysql
 import sqlalchemy as sa
 
-REPO = Path(__file__).resolve().parents[2]
+from bench.lib.mysql import connect_args
+from bench.lib.servers import package_version
+
 TABLE = "items"
 BIG_TABLE = "items_big"
 TICKER_TABLE = "ticker"
@@ -54,32 +52,6 @@ MYSQL_ARROW = pa.schema(
         ("score", pa.float64()),
     ]
 )
-
-
-def package_version(name: str) -> str:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def service_url(service: str, env_var: str, given: str | None) -> str:
-    """``given``, else ``$env_var``, else what ``scripts/services up SERVICE`` prints last
-    on stdout (it starts the server when needed, and is idempotent)."""
-    if given:
-        return given
-    if os.environ.get(env_var):
-        return os.environ[env_var]
-    proc = subprocess.run(
-        [str(REPO / "scripts" / "services"), "up", service],
-        check=False,
-        capture_output=True,
-        text=True,
-    )
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        sys.exit(f"scripts/services up {service} failed ({proc.returncode}):\n{proc.stderr}")
-    return lines[-1].strip()
 
 
 @dataclass
@@ -324,16 +296,6 @@ def numeric_as_decimal(table: pa.Table) -> pa.Table:
 # --------------------------------------------------------------------------- MariaDB / MySQL
 
 
-def _connect_args(url: str) -> dict[str, Any]:
-    parsed = sa.make_url(url)
-    return {
-        "host": parsed.host or "127.0.0.1",
-        "port": parsed.port or 3306,
-        "user": parsed.username or "",
-        "password": parsed.password or "",
-    }
-
-
 class MySql(SourceDb):
     kind = "mysql"
     label = "MariaDB"
@@ -345,7 +307,7 @@ class MySql(SourceDb):
 
     @contextlib.contextmanager
     def conn(self) -> Iterator[pymysql.connections.Connection[Any]]:
-        conn = pymysql.connect(**_connect_args(self.server_url), charset="utf8mb4", autocommit=True)
+        conn = pymysql.connect(**connect_args(self.server_url), autocommit=True)
         try:
             with conn.cursor() as cur:
                 cur.execute("SET time_zone = '+00:00'")
@@ -403,7 +365,7 @@ class MySql(SourceDb):
         )
 
     def ticker(self, interval: float) -> Ticker:
-        conn = pymysql.connect(**_connect_args(self.server_url), autocommit=True)
+        conn = pymysql.connect(**connect_args(self.server_url), autocommit=True)
         cur = conn.cursor()
         statement = f"UPDATE {self.name(TICKER_TABLE)} SET seq = %s WHERE slot = %s"
 
@@ -440,7 +402,7 @@ class MySql(SourceDb):
             conv = dict(conversions)
             for t in (FIELD_TYPE.NEWDECIMAL, FIELD_TYPE.DECIMAL, FIELD_TYPE.TIMESTAMP):
                 conv[t] = str  # skip Decimal / datetime objects: Arrow parses the text
-            db = MySQLdb.connect(**_connect_args(self.server_url), charset="utf8mb4", conv=conv)
+            db = MySQLdb.connect(**connect_args(self.server_url), conv=conv)
             try:
                 cur = db.cursor()
                 cur.execute("SET time_zone = '+00:00'")
@@ -478,13 +440,3 @@ class MySql(SourceDb):
             f"sync_binlog={sync_binlog}, innodb_flush_log_at_trx_commit={flush}), PyMySQL "
             f"{package_version('PyMySQL')}, mysqlclient {package_version('mysqlclient')}"
         ]
-
-
-def machine_lines() -> list[str]:
-    return [
-        f"- machine: {platform.platform()}, {os.cpu_count()} cores, load average "
-        f"{os.getloadavg()[0]:.2f} (1 min) at the start",
-        f"- Python {platform.python_version()}, pyarrow {pa.__version__}, pyspark "
-        f"{package_version('pyspark')}, kafka-python {package_version('kafka-python')}, "
-        f"confluent-kafka {package_version('confluent-kafka')}",
-    ]

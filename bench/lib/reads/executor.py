@@ -1,15 +1,15 @@
 """Chunk reads in the engine against chunk reads on Spark executors, on a Spark cluster, in
 one run, with Spark's own JDBC copy as the peer.
 
-    python bench/executor_bench.py                              # defaults below
-    python bench/executor_bench.py --rows 100000 --rounds 1     # a quick check
+    python bench/read_bench.py executor                              # defaults below
+    python bench/read_bench.py executor --rows 100000 --rounds 1     # a quick check
 
 Defaults: ``--rows 4000000 --rounds 3 --executors 2 --source postgres``; the cluster is
 ``$SNAPSHOTTER_STANDALONE_MASTER`` or ``scripts/services up spark`` (a master and two 1-core
-workers on this machine). One table (``e2e/sources.py``: six columns, PRIMARY KEY (tenant,
+workers on this machine). One table (``bench/lib/tables.py``: six columns, PRIMARY KEY (tenant,
 id)), then ``--rounds`` interleaved rounds, each:
 
-* A: the whole table read in one go and written with pyarrow (``e2e``'s plain read): the
+* A: the whole table read in one go and written with pyarrow (``tables.py``'s plain read): the
   baseline every line is a ratio to, per round, reported as the median over rounds.
 * engine: ``snapshotter run --until-caught-up`` of an execute-snapshot signal, spark sink
   landing on the cluster, chunks read by the engine (``[source] read_parallelism = 2``).
@@ -32,7 +32,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,27 +39,18 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench.lib.runs import init_and_signal, run_config
+from bench.lib.servers import service_url
+from bench.lib.stats import log_round
+from bench.lib.tables import MySql, Postgres, SourceDb
 
-from e2e.common import toml_text
-from e2e.sources import MySql, Postgres, SourceDb, service_url
-
-REPO = Path(__file__).resolve().parent.parent
 TABLE = "bench_items"
 
 
 def cluster_master(given: str | None) -> str:
-    if given:
-        return given
-    if os.environ.get("SNAPSHOTTER_STANDALONE_MASTER"):
-        return os.environ["SNAPSHOTTER_STANDALONE_MASTER"]
-    done = subprocess.run(
-        [str(REPO / "scripts" / "services"), "up", "spark"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return done.stdout.strip().splitlines()[-1]
+    """``--master``, else ``$SNAPSHOTTER_STANDALONE_MASTER``, else ``scripts/services up
+    spark``."""
+    return service_url("spark", "SNAPSHOTTER_STANDALONE_MASTER", given)
 
 
 def spark_conf(kind: str) -> dict[str, str]:
@@ -73,37 +63,12 @@ def snapshot(db: SourceDb, work: Path, master: str, executors: int, chunk: int) 
     """Seconds from the execute-snapshot signal to ``run --until-caught-up``'s end."""
     from snapshotter.app.cli import main
 
-    tag = uuid.uuid4().hex[:8]
-    run = work / f"run-{tag}"
-    run.mkdir()
-    source: dict[str, Any] = {
-        "kind": db.kind,
-        "url": db.url,
-        "tables": [f"{db.schema}.{TABLE}"],
-        "signal_table": f"{db.schema}.debezium_signal",
-        "chunk_size": chunk,
-    }
-    if db.kind == "postgres":
-        source |= {"slot": f"bench_{tag}", "publication": f"bench_{tag}"}
-        assert isinstance(db, Postgres)
-        db.slots.append(f"bench_{tag}")
-    else:
-        source["server_id"] = 100_000 + int(tag[:6], 16)
-    config = run / "snapshotter.toml"
-    config.write_text(
-        toml_text(
-            {
-                "source": source,
-                "sink": {"kind": "spark", "path": str(run / "lake"), "compact_min_rows": 0},
-                "state": {"dir": str(run / "state")},
-                "spark": {"master": master, "conf": spark_conf(db.kind)},
-                "snapshot": {"executors": executors},
-            }
-        )
-    )
-    cfg = str(config)
-    assert main(["init", "-c", cfg]) == 0
-    assert main(["signal", "execute-snapshot", f"{db.schema}.{TABLE}", "-c", cfg]) == 0
+    sink = {"kind": "spark", "compact_min_rows": 0}
+    spark = {"master": master, "conf": spark_conf(db.kind)}
+    source = {"chunk_size": chunk}
+    snapshot = {"executors": executors}
+    run, cfg = run_config(db, work, TABLE, sink, spark, source, snapshot=snapshot)
+    init_and_signal(cfg, db, TABLE)
     started = time.perf_counter()
     verbose = ["-v"] if os.environ.get("EXECUTOR_BENCH_VERBOSE") else []
     assert main(["run", "-c", cfg, "--until-caught-up", *verbose]) == 0
@@ -159,9 +124,10 @@ def table_bytes(db: SourceDb) -> int:
     if isinstance(db, Postgres):
         return int(db.sql(f"SELECT pg_table_size('{db.schema}.{TABLE}')")[0][0])
     import pymysql
-    from e2e.sources import _connect_args
 
-    conn = pymysql.connect(**_connect_args(db.url))
+    from bench.lib.mysql import connect_args
+
+    conn = pymysql.connect(**connect_args(db.url))
     try:
         with conn.cursor() as cur:
             cur.execute(
@@ -175,7 +141,7 @@ def table_bytes(db: SourceDb) -> int:
     return int(row[0]) if row else 0
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=4_000_000)
     parser.add_argument("--rounds", type=int, default=3)
@@ -192,7 +158,7 @@ def main() -> int:
     parser.add_argument("--master", help="a spark:// master (else the services' cluster)")
     parser.add_argument("--url", help="the source's URL (else scripts/services)")
     parser.add_argument("--json", default="executor-bench.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     master = cluster_master(args.master)
     _SPARK["master"] = master
@@ -220,10 +186,7 @@ def main() -> int:
                 snapshot(db, work, master, args.executors, args.executor_chunk_size)
             )
             lines["JDBC"].append(jdbc_copy(db, work, args.executors, args.rows))
-            print(
-                f"round {round_ + 1}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in lines.items()),
-                file=sys.stderr,
-            )
+            log_round(round_, lines)
     finally:
         db.drop()
         shutil.rmtree(work, ignore_errors=True)
@@ -262,7 +225,3 @@ def main() -> int:
         print(f"| {labels[key]} | {rate:,.0f} | {mb_s:.1f} | {ratio:.2f}x |")
     Path(args.json).write_text(json.dumps(result, indent=1), encoding="utf-8")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

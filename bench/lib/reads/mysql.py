@@ -1,6 +1,6 @@
 """How fast chunk rows come out of MySQL / MariaDB, per client library, and how faithfully.
 
-    python bench/mysql_read_bench.py [--rows N] [--url URL] [--chunk-sizes 4096,10000]
+    python bench/read_bench.py mysql [--rows N] [--url URL] [--chunk-sizes 4096,10000]
                                      [--no-fidelity] [--repeat R]
 
 One run loads N rows into ``items`` in a fresh database ``bench_<random>`` (the PostgreSQL
@@ -37,32 +37,36 @@ import argparse
 import contextlib
 import datetime as dt
 import decimal
-import importlib.metadata
-import logging
 import os
-import platform
-import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from operator import itemgetter
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pymysql
 import sqlalchemy as sa
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # run from a checkout without installing, like the tests
+from bench.lib.mysql import (
+    TABLE,
+    bench_database,
+    connect_args,
+    drop_database,
+    execute,
+    load_items,
+    machine,
+    pymysql_buffered,
+    rows_to_arrow,
+    select_all,
+    with_database,
+)
+from bench.lib.stats import Result, best_of, render_table
+from signals.names import TableId
+from snapshotter.sources.base import ChunkSpec, TableSchema
+from snapshotter.sources.mysql.dialect import MySqlDialect
 
-from signals.names import TableId  # noqa: E402
-from snapshotter.sources.base import ChunkSpec, TableSchema  # noqa: E402
-from snapshotter.sources.mysql.dialect import MySqlDialect  # noqa: E402
-
-TABLE = "items"
 TYPES_TABLE = "types"
 SIGNAL_TABLE = "debezium_signal"
 DEFAULT_MYSQL_URL = "mysql://snapshotter:snapshotter@127.0.0.1:53306/snapshotter"
@@ -71,214 +75,10 @@ DEFAULT_MYSQL_URL = "mysql://snapshotter:snapshotter@127.0.0.1:53306/snapshotter
 # --------------------------------------------------------------------------- results
 
 
-@dataclass
-class Result:
-    what: str
-    rows: int | None  # None: not measured (note says why)
-    seconds: float | None
-    note: str = ""
-
-    @property
-    def rate(self) -> float | None:
-        if self.rows is None or not self.seconds:
-            return None
-        return self.rows / self.seconds
-
-
-def render_table(results: list[Result], baseline: Result, base_name: str = "plain read") -> str:
-    lines = [
-        f"| what | rows | seconds | rows/s | ratio to {base_name} |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    base = baseline.rate
-    for r in results:
-        rate = r.rate
-        if rate is None:
-            lines.append(f"| {r.what} | – | – | – | skipped |")
-            continue
-        ratio = f"{rate / base:.2f}" if base else "–"
-        lines.append(f"| {r.what} | {r.rows:,} | {r.seconds:.2f} | {rate:,.0f} | {ratio} |")
-    return "\n".join(lines)
-
-
-def best_of(repeat: int, measure: Callable[[], Result]) -> Result:
-    """The fastest of ``repeat`` runs (a skipped one is returned at once)."""
-    best: Result | None = None
-    for _ in range(repeat):
-        result = measure()
-        if result.rate is None:
-            return result
-        if best is None or (best.rate or 0) < result.rate:
-            best = result
-    assert best is not None
-    return best
-
-
 # --------------------------------------------------------------------------- server
 
 
-def resolve_mysql_url(given: str | None) -> str:
-    """``--url``, else ``$SNAPSHOTTER_MYSQL_URL``, else what ``scripts/services up mysql``
-    prints last on stdout (it starts the server when needed, and is idempotent)."""
-    if given:
-        return given
-    env = os.environ.get("SNAPSHOTTER_MYSQL_URL")
-    if env:
-        return env
-    proc = subprocess.run(
-        [str(REPO / "scripts" / "services"), "up", "mysql"],
-        check=False,
-        capture_output=True,
-        text=True,
-    )
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        sys.exit(f"scripts/services up mysql failed ({proc.returncode}):\n{proc.stderr}")
-    return lines[-1].strip()
-
-
-def with_database(url: str, database: str) -> str:
-    return sa.make_url(url).set(database=database).render_as_string(hide_password=False)
-
-
-def connect_args(url: str) -> dict[str, Any]:
-    """pymysql.connect() keyword arguments for ``url`` (no database: the server)."""
-    parsed = sa.make_url(url)
-    return {
-        "host": parsed.host or "127.0.0.1",
-        "port": parsed.port or 3306,
-        "user": parsed.username or "",
-        "password": parsed.password or "",
-        "charset": "utf8mb4",
-    }
-
-
-@contextlib.contextmanager
-def server(url: str) -> Iterator[pymysql.connections.Connection[Any]]:
-    conn = pymysql.connect(**connect_args(url), autocommit=True)
-    try:
-        yield conn
-    finally:
-        conn.close()
-
-
-def execute(url: str, *statements: str) -> list[tuple[Any, ...]]:
-    """Run ``statements`` on one autocommit connection; the last one's rows."""
-    rows: list[tuple[Any, ...]] = []
-    with server(url) as conn, conn.cursor() as cur:
-        for statement in statements:
-            cur.execute(statement)
-            rows = list(cur.fetchall()) if cur.description else []
-    return rows
-
-
-def create_database(url: str, database: str) -> None:
-    execute(url, f"CREATE DATABASE `{database}` CHARACTER SET utf8mb4")
-
-
-def drop_database(url: str, database: str) -> None:
-    try:
-        execute(url, f"DROP DATABASE IF EXISTS `{database}`")
-    except Exception as exc:
-        print(f"warning: dropping database {database}: {exc}", file=sys.stderr)
-
-
-def load_items(url: str, database: str, rows: int, table: str = TABLE) -> float:
-    """Create ``database.table`` with ``rows`` rows (the PostgreSQL bench's values); not
-    binlogged when the user may turn that off. ANALYZE it and scan it once to warm the
-    buffer pool. Returns the load time."""
-    started = time.perf_counter()
-    name = f"`{database}`.`{table}`"
-    with server(url) as conn, conn.cursor() as cur:
-        with contextlib.suppress(pymysql.err.Error):
-            cur.execute("SET SESSION sql_log_bin = 0")  # a 1M-row load need not be in the log
-        cur.execute(
-            f"CREATE TABLE {name} (id bigint PRIMARY KEY, k int, name varchar(40), "
-            "amount double, created datetime(6)) ENGINE=InnoDB"
-        )
-        values = (
-            "{g}, MOD({g} * 7919, 100003), concat('name-', md5({g})), {g} * 0.25, "
-            "timestamp'2024-01-01 00:00:00' + INTERVAL {g} SECOND"
-        )
-        try:  # MariaDB's SEQUENCE engine: one statement
-            cur.execute(
-                f"INSERT INTO {name} SELECT {values.format(g='seq')} "
-                f"FROM `{database}`.seq_1_to_{rows}"
-            )
-        except pymysql.err.Error:  # MySQL: batches from here
-            step = 10_000
-            for first in range(1, rows + 1, step):
-                last = min(first + step - 1, rows)
-                cur.execute(
-                    f"INSERT INTO {name} SELECT {values.format(g='g')} FROM "
-                    "(WITH RECURSIVE s(g) AS (SELECT %s UNION ALL SELECT g + 1 FROM s "
-                    "WHERE g < %s) SELECT g FROM s) AS gen",
-                    (first, last),
-                )
-        cur.execute(f"ANALYZE TABLE {name}")
-        cur.fetchall()
-        cur.execute(f"SELECT count(*), sum(amount), max(length(name)) FROM {name}")
-        cur.fetchall()
-    return time.perf_counter() - started
-
-
-def package_version(name: str) -> str:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return "(not installed)"
-
-
-def machine(url: str) -> list[str]:
-    rows = execute(
-        url,
-        "SELECT version(), @@innodb_buffer_pool_size, @@sync_binlog, "
-        "@@innodb_flush_log_at_trx_commit, @@binlog_format, @@binlog_row_image",
-    )
-    version, pool, sync_binlog, flush, fmt, image = rows[0]
-    return [
-        f"- machine: {platform.platform()}, {os.cpu_count()} cores",
-        f"- Python {platform.python_version()} ({platform.python_implementation()}), "
-        f"pymysql {package_version('PyMySQL')}, connectorx {package_version('connectorx')}, "
-        f"mysqlclient {package_version('mysqlclient')}, pyarrow {pa.__version__}",
-        f"- server {version} (innodb_buffer_pool_size={int(pool) // 2**20}MB, "
-        f"sync_binlog={sync_binlog}, innodb_flush_log_at_trx_commit={flush}, "
-        f"binlog_format={fmt}, binlog_row_image={image})",
-    ]
-
-
 # --------------------------------------------------------------------------- readers
-
-
-def rows_to_arrow(schema: TableSchema, rows: list[tuple[Any, ...]]) -> pa.Table:
-    """As ``snapshotter.sources.mysql.dialect._to_arrow``: one ``pa.array`` per column."""
-    arrays = [
-        pa.array(list(map(itemgetter(i), rows)), type=c.arrow_type)
-        for i, c in enumerate(schema.columns)
-    ]
-    return pa.Table.from_arrays(arrays, schema=schema.arrow_schema())
-
-
-def select_all(database: str, schema: TableSchema, table: str = TABLE) -> str:
-    return f"SELECT {', '.join(f'`{c.name}`' for c in schema.columns)} FROM `{database}`.`{table}`"
-
-
-def pymysql_buffered(url: str, database: str, schema: TableSchema) -> Result:
-    started = time.perf_counter()
-    conn = pymysql.connect(**connect_args(url), autocommit=True)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SET time_zone = '+00:00'")
-            cur.execute("START TRANSACTION READ ONLY")
-            cur.execute(select_all(database, schema))
-            rows = list(cur.fetchall())
-            cur.execute("COMMIT")
-    finally:
-        conn.close()
-    table = rows_to_arrow(schema, rows)
-    return Result(
-        "pymysql buffered `SELECT *` → Arrow", table.num_rows, time.perf_counter() - started
-    )
 
 
 def pymysql_fetch_only(url: str, database: str, schema: TableSchema) -> Result:
@@ -471,7 +271,9 @@ def mysqldb_chunks(url: str, dialect: MySqlDialect, schema: TableSchema, chunk: 
         assert upto is not None
         after = None
         while True:
-            sql, params = dialect._chunk_statement(schema, keys, after, upto, None, chunk)
+            sql, params = dialect._statement(
+                ChunkSpec(schema, tuple(keys), after, upto, None, chunk), False
+            )
             cur.execute("START TRANSACTION READ ONLY")
             cur.execute(sql, params)
             rows = list(cur.fetchall())
@@ -620,7 +422,7 @@ def mysqldb_reading(url: str, dialect: MySqlDialect, schema: TableSchema) -> Rea
         return None
     keys = schema.primary_key
     upto = dialect.max_key(schema, keys, None)
-    sql, params = dialect._chunk_statement(schema, keys, None, upto, None, 1000)
+    sql, params = dialect._statement(ChunkSpec(schema, tuple(keys), None, upto, None, 1000), False)
     conn = mysqldb_connect(url)
     try:
         cur = conn.cursor()
@@ -798,13 +600,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    # mysql-replication warns on every reconnect, closing the reader included.
-    logging.getLogger("pymysqlreplication").setLevel(logging.ERROR)
-    url = resolve_mysql_url(args.url)
-    database = f"bench_{uuid.uuid4().hex[:10]}"
+    url, database = bench_database(args.url)
     results: list[Result] = []
     fidelity_text = ""
-    create_database(url, database)
     try:
         print(f"loading {args.rows:,} rows into {database}.{TABLE} ...", file=sys.stderr)
         load_seconds = load_items(url, database, args.rows)
@@ -853,7 +651,3 @@ def main(argv: list[str] | None = None) -> int:
         print("### values against the binlog's (BinlogLogReader + BinlogDecoder)\n")
         print(fidelity_text)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

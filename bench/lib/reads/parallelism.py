@@ -1,9 +1,9 @@
 """``[source] read_parallelism``: snapshot speed with 1, 2, 3 chunk SELECTs in flight.
 
-    python bench/read_parallelism_bench.py [--rows 200000] [--rounds 5] [--parallel 1,2,3]
+    python bench/read_bench.py parallelism [--rows 200000] [--rounds 5] [--parallel 1,2,3]
                                            [--chunk-size N] [--sources postgres,mysql]
 
-Loads ``--rows`` rows (``snapshot_bench``'s ``items`` table: bigint key, int, text, float,
+Loads ``--rows`` rows (``bench.lib.inprocess``' ``items`` table: bigint key, int, text, float,
 timestamp) into a fresh schema / database per source, then snapshots it into a counting sink
 (``run_engine(until_caught_up=True)``, in this process) with each ``read_parallelism``,
 interleaved (round r runs the settings rotated by r, so a machine that gets busier or
@@ -37,16 +37,12 @@ from pathlib import Path
 
 import psycopg
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import mysql_read_bench as my  # noqa: E402
-import snapshot_bench as sb  # noqa: E402
-
-from snapshotter.app.runner import run_engine  # noqa: E402
-from snapshotter.core.events import Op  # noqa: E402
-from snapshotter.sinks.counting import CountingSink  # noqa: E402
+from bench.lib import inprocess as inproc
+from bench.lib import mysql as mydb
+from bench.lib.servers import mysql_url, pg_url
+from snapshotter.app.runner import run_engine
+from snapshotter.core.events import Op
+from snapshotter.sinks.counting import CountingSink
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -171,7 +167,7 @@ class Run:
     machine_cpu: float
 
 
-def with_parallelism(capture: sb.Capture, parallel: int) -> None:
+def with_parallelism(capture: inproc.Capture, parallel: int) -> None:
     text = capture.config_path.read_text(encoding="utf-8")
     text = re.sub(
         r"^chunk_size = .*$",
@@ -185,7 +181,7 @@ def with_parallelism(capture: sb.Capture, parallel: int) -> None:
 
 def one_run(
     source: str,
-    capture: sb.Capture,
+    capture: inproc.Capture,
     rows: int,
     parallel: int,
     server: Callable[[], BackendCpu | ProcessCpu],
@@ -245,37 +241,37 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     settings = [int(n) for n in args.parallel.split(",")]
-    chunk = args.chunk_size or sb.DEFAULT_CHUNK_SIZE
+    chunk = args.chunk_size or inproc.DEFAULT_CHUNK_SIZE
     sources = args.sources.split(",")
     runs: list[Run] = []
     tag = uuid.uuid4().hex[:10]
-    pg_url = sb.resolve_url(None) if "postgres" in sources else ""
-    my_server = my.resolve_mysql_url(None) if "mysql" in sources else ""
+    pg_server = pg_url(None) if "postgres" in sources else ""
+    my_server = mysql_url(None) if "mysql" in sources else ""
     pg_schema, my_db = f"bench_{tag}", f"bench_{tag}"
-    captures: list[sb.Capture] = []
+    captures: list[inproc.Capture] = []
     with tempfile.TemporaryDirectory(prefix="snapshotter-parallel-") as tmp_name:
         tmp = Path(tmp_name)
         try:
             if "postgres" in sources:
                 print(f"loading {args.rows:,} rows into PostgreSQL ...", file=sys.stderr)
-                sb.load_table(pg_url, pg_schema, args.rows)
+                inproc.load_table(pg_server, pg_schema, args.rows)
             if "mysql" in sources:
                 print(f"loading {args.rows:,} rows into MariaDB ...", file=sys.stderr)
-                my.create_database(my_server, my_db)
-                my.load_items(my_server, my_db, args.rows)
+                mydb.create_database(my_server, my_db)
+                mydb.load_items(my_server, my_db, args.rows)
             for r in range(args.rounds):
                 order = settings[r % len(settings) :] + settings[: r % len(settings)]
                 for source in sources:
                     for n in order:
                         name = f"{source}-{r}-{n}"
-                        capture: sb.Capture
+                        capture: inproc.Capture
                         watch: Callable[[], BackendCpu | ProcessCpu]
                         if source == "postgres":
-                            capture = sb.Capture(pg_url, pg_schema, tmp / name, chunk)
-                            watch = lambda: BackendCpu(pg_url)  # noqa: E731
+                            capture = inproc.Capture(pg_server, pg_schema, tmp / name, chunk)
+                            watch = lambda: BackendCpu(pg_server)  # noqa: E731
                         else:
-                            url = my.with_database(my_server, my_db)
-                            capture = sb.MySqlCapture(url, my_db, tmp / name, chunk)
+                            url = mydb.with_database(my_server, my_db)
+                            capture = inproc.MySqlCapture(url, my_db, tmp / name, chunk)
                             watch = lambda: ProcessCpu("mariadbd")  # noqa: E731
                         captures.append(capture)
                         run = one_run(source, capture, args.rows, n, watch)
@@ -289,9 +285,9 @@ def main(argv: list[str] | None = None) -> int:
                         )
         finally:
             if "postgres" in sources:
-                sb.cleanup(pg_url, pg_schema, [c for c in captures if c.url == pg_url])
+                inproc.cleanup(pg_server, pg_schema, [c for c in captures if c.url == pg_server])
             if "mysql" in sources:
-                my.drop_database(my_server, my_db)
+                mydb.drop_database(my_server, my_db)
     print(
         f"## read_parallelism: snapshot of {args.rows:,} rows into a counting sink, "
         f"chunk_size {chunk}, {args.rounds} interleaved rounds, medians; "
@@ -299,7 +295,3 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(report(runs, settings))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

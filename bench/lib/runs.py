@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from e2e.common import Setting, TreeReading, apply_settings, read_tree, toml_text
-from e2e.sources import TICKER_TABLE, Postgres, SourceDb
+from bench.lib.configs import Setting, apply_settings, toml_text
+from bench.lib.stats import TreeReading, read_tree
+from bench.lib.tables import TICKER_TABLE, Postgres, SourceDb
 
 ENTRY = Path(__file__).resolve().parents[1] / "e2e_bench.py"
 SIGNAL_TABLE = "debezium_signal"
@@ -402,7 +403,7 @@ def check(capture: Capture, run: EngineRun, exit_message: dict[str, Any]) -> Non
         if landed < run.rows:
             raise RuntimeError(f"spark: {landed} rows landed, wanted at least {run.rows}")
     elif run.sink.startswith("kafka"):
-        from e2e import kafka
+        from bench.lib import kafka
 
         topic = kafka.topic(capture.name, capture.db.schema, capture.table)
         count = kafka.message_count(capture_bootstrap(capture), topic)
@@ -421,7 +422,7 @@ def remove_outputs(capture: Capture) -> None:
     import shutil
 
     if capture.sink.startswith("kafka"):
-        from e2e import kafka
+        from bench.lib import kafka
 
         with contextlib.suppress(Exception):
             kafka.delete_topics(capture_bootstrap(capture), capture.name + ".")
@@ -431,3 +432,56 @@ def remove_outputs(capture: Capture) -> None:
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
+
+
+def run_config(
+    db: SourceDb,
+    work: Path,
+    table: str,
+    sink: dict[str, Any],
+    spark: dict[str, Any],
+    source: dict[str, Any] | None = None,
+    **sections: dict[str, Any],
+) -> tuple[Path, str]:
+    """A directory ``work/run-<tag>`` and its config, for a run of the CLI in this process:
+    ``db``'s ``table`` captured (on PostgreSQL a slot and publication of its own, which
+    ``db.drop()`` drops; on MariaDB a server id of its own) with ``source``'s keys too,
+    ``sink`` landing into ``lake/``, state in ``state/``, ``[spark]`` ``spark`` and any
+    further ``sections``. Returns the directory and the config's path."""
+    tag = uuid.uuid4().hex[:8]
+    run = work / f"run-{tag}"
+    run.mkdir()
+    keys: dict[str, Any] = {
+        "kind": db.kind,
+        "url": db.url,
+        "tables": [f"{db.schema}.{table}"],
+        "signal_table": f"{db.schema}.{SIGNAL_TABLE}",
+        **(source or {}),
+    }
+    if isinstance(db, Postgres):
+        keys |= {"slot": f"bench_{tag}", "publication": f"bench_{tag}"}
+        db.slots.append(f"bench_{tag}")
+    else:
+        keys["server_id"] = 100_000 + int(tag[:6], 16)
+    config = run / "snapshotter.toml"
+    config.write_text(
+        toml_text(
+            {
+                "source": keys,
+                "sink": {**sink, "path": str(run / "lake")},
+                "state": {"dir": str(run / "state")},
+                "spark": spark,
+                **sections,
+            }
+        )
+    )
+    return run, str(config)
+
+
+def init_and_signal(config: str, db: SourceDb, table: str) -> None:
+    """``snapshotter init``, then the ``execute-snapshot`` signal for ``table``, in this
+    process."""
+    from snapshotter.app.cli import main as cli
+
+    assert cli(["init", "-c", config]) == 0
+    assert cli(["signal", "execute-snapshot", f"{db.schema}.{table}", "-c", config]) == 0

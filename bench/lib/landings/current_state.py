@@ -2,10 +2,10 @@
 runs when a run ends (and after compact_idle_s of quiet), against the same catch-up without
 it, with a plain pyarrow copy of the table as the baseline, in one run.
 
-    python bench/current_state_bench.py                       # 1M rows, 1% changed, 3 rounds
-    python bench/current_state_bench.py --rows 100000 --rounds 1
+    python bench/landing_bench.py current-state         # 1M rows, 1% changed, 3 rounds
+    python bench/landing_bench.py current-state --rows 100000 --rounds 1
 
-One PostgreSQL table (``e2e/sources.py``), Spark in local mode (local[2]); per round:
+One PostgreSQL table (``bench/lib/tables.py``), Spark in local mode (local[2]); per round:
 
 * A: the whole table read and written with pyarrow (the baseline).
 * snapshot: ``init``, ``execute-snapshot``, ``run --until-caught-up`` into a fresh lake: the
@@ -30,16 +30,15 @@ import logging
 import re
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from e2e.common import toml_text
-from e2e.sources import Postgres, service_url
+from bench.lib.runs import init_and_signal, run_config
+from bench.lib.servers import service_url
+from bench.lib.stats import log_round
+from bench.lib.tables import Postgres
 
 TABLE = "bench_items"
 _COMPACTED = re.compile(
@@ -60,14 +59,14 @@ class _Compactions(logging.Handler):
             self.buckets = f"{m.group(1)}/{m.group(2)}"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--changed", type=float, default=0.01, help="share of rows updated")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--url", help="PostgreSQL URL (else scripts/services)")
     parser.add_argument("--buckets", type=int, default=0, help="[sink] buckets (0: by size)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     from snapshotter.app.cli import main as cli
     from snapshotter.config import SparkConfig
@@ -97,35 +96,9 @@ def main() -> int:
         spark_session(SparkConfig(master="local[2]"))
         for round_ in range(args.rounds):
             lines["A"].append(db.plain_read(TABLE, work / "plain.parquet").seconds)
-            tag = uuid.uuid4().hex[:8]
-            run = work / f"run-{tag}"
-            run.mkdir()
-            db.slots.append(f"cb_{tag}")
-            config = run / "snapshotter.toml"
-            config.write_text(
-                toml_text(
-                    {
-                        "source": {
-                            "kind": "postgres",
-                            "url": db.url,
-                            "tables": [f"{db.schema}.{TABLE}"],
-                            "signal_table": f"{db.schema}.debezium_signal",
-                            "slot": f"cb_{tag}",
-                            "publication": f"cb_{tag}",
-                        },
-                        "sink": {
-                            "kind": "spark",
-                            "path": str(run / "lake"),
-                            "buckets": args.buckets,
-                        },
-                        "state": {"dir": str(run / "state")},
-                        "spark": {"master": "local[2]"},
-                    }
-                )
-            )
-            cfg = str(config)
-            assert cli(["init", "-c", cfg]) == 0
-            assert cli(["signal", "execute-snapshot", f"{db.schema}.{TABLE}", "-c", cfg]) == 0
+            sink = {"kind": "spark", "buckets": args.buckets}
+            run, cfg = run_config(db, work, TABLE, sink, {"master": "local[2]"})
+            init_and_signal(cfg, db, TABLE)
             started = time.perf_counter()
             assert cli(["run", "-c", cfg, "--until-caught-up"]) == 0
             lines["snapshot"].append(time.perf_counter() - started)
@@ -144,10 +117,7 @@ def main() -> int:
             touched = compactions.buckets
             cli(["teardown", "-c", cfg, "--yes"])
             shutil.rmtree(run, ignore_errors=True)
-            print(
-                f"round {round_ + 1}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in lines.items()),
-                file=sys.stderr,
-            )
+            log_round(round_, lines)
     finally:
         db.drop()
         shutil.rmtree(work, ignore_errors=True)
@@ -168,7 +138,3 @@ def main() -> int:
         ratio = statistics.median(s / ax for ax, s in zip(a, lines[key], strict=True))
         print(f"| {label} | {med[key]:.2f} | {ratio:.2f}x |")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """How fast one chunk SELECT becomes an Arrow table, per client library (issue 16, item 4).
 
-    python bench/chunk_read_bench.py [--source postgres|mysql|both] [--rows 200000]
+    python bench/read_bench.py chunk [--source postgres|mysql|both] [--rows 200000]
                                      [--chunk-sizes 4096,10240] [--rounds 5]
                                      [--pg-url URL] [--mysql-url URL]
 
@@ -42,7 +42,7 @@ MySQL / MariaDB ways:
 
 With ``--engine``, MySQL also end to end: ``--engine-rounds`` interleaved snapshots of the
 same table into a counting sink (``run_engine(until_caught_up=True)``, as
-``snapshot_bench.py`` runs them), the chunk connection on mysqlclient and on pymysql in turn;
+``bench/lib/inprocess.py`` runs them), the chunk connection on mysqlclient and on pymysql in turn;
 wall and CPU time (this process: the engine's threads) from the signal to the engine's return.
 
 Prints one markdown table per database. The tables are dropped at the end, also on error.
@@ -70,15 +70,14 @@ import sqlalchemy as sa
 from psycopg import sql
 from psycopg.adapt import PyFormat
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # run from a checkout without installing, like the tests
-
-from signals.names import TableId  # noqa: E402
-from snapshotter.sources.base import ChunkSpec, TableSchema  # noqa: E402
-from snapshotter.sources.mysql.dialect import MySqlDialect  # noqa: E402
-from snapshotter.sources.postgres import types as pg_types  # noqa: E402
-from snapshotter.sources.postgres.dialect import PostgresDialect  # noqa: E402
-from snapshotter.sources.sql_common import rows_to_arrow  # noqa: E402
+from bench.lib import inprocess as inproc
+from bench.lib.mysql import connect_args, execute
+from signals.names import TableId
+from snapshotter.sources.base import ChunkSpec, TableSchema
+from snapshotter.sources.mysql.dialect import MySqlDialect
+from snapshotter.sources.postgres import types as pg_types
+from snapshotter.sources.postgres.dialect import PostgresDialect
+from snapshotter.sources.sql_common import rows_to_arrow
 
 DEFAULT_PG_URL = "postgresql://snapshotter:snapshotter@127.0.0.1:55432/snapshotter"
 DEFAULT_MYSQL_URL = "mysql://snapshotter:snapshotter@127.0.0.1:53306/snapshotter"
@@ -405,35 +404,13 @@ def measure_postgres(url: str, rows: int, chunks: list[int], rounds: int) -> str
 # --------------------------------------------------------------------------- MySQL
 
 
-def mysql_server_args(url: str) -> dict[str, Any]:
-    parsed = sa.make_url(url)
-    return {
-        "host": parsed.host or "127.0.0.1",
-        "port": parsed.port or 3306,
-        "user": parsed.username or "",
-        "password": parsed.password or "",
-        "charset": "utf8mb4",
-    }
-
-
-def mysql_execute(url: str, *statements: str) -> None:
-    conn = pymysql.connect(**mysql_server_args(url), autocommit=True)
-    try:
-        with conn.cursor() as cur:
-            for statement in statements:
-                cur.execute(statement)
-                cur.fetchall()
-    finally:
-        conn.close()
-
-
 def mysql_load(url: str, database: str, rows: int) -> None:
     name = f"`{database}`.`{TABLE}`"
     gen = (
         "WITH RECURSIVE s(g) AS (SELECT {0} UNION ALL SELECT g + 1 FROM s WHERE g < {1}) "
         "SELECT g FROM s"
     )
-    conn = pymysql.connect(**mysql_server_args(url), autocommit=True)
+    conn = pymysql.connect(**connect_args(url), autocommit=True)
     try:
         with conn.cursor() as cur:
             # The load need not be in the log; deep recursive CTEs (MariaDB's, MySQL's limit).
@@ -493,7 +470,9 @@ def mysql_driver_reader(
     arrow = table.arrow_schema()
 
     def read_chunk(after: tuple[Any, ...] | None, limit: int) -> pa.Table:
-        query, params = dialect._chunk_statement(table, KEYS, after, upto, None, limit)
+        query, params = dialect._statement(
+            ChunkSpec(table, tuple(KEYS), after, upto, None, limit), False
+        )
         cur.execute("START TRANSACTION READ ONLY")
         cur.execute(query, params)
         rows = list(cur.fetchall())
@@ -529,9 +508,6 @@ def engine_snapshots(db_url: str, database: str, rows: int, chunk: int, rounds: 
     import logging
     import tempfile
 
-    sys.path.insert(0, str(REPO / "bench"))
-    import snapshot_bench as sb
-
     from snapshotter.sinks.counting import CountingSink
     from snapshotter.sources.mysql import client as my_client
 
@@ -545,9 +521,11 @@ def engine_snapshots(db_url: str, database: str, rows: int, chunk: int, rounds: 
                 print(f"  engine round {r + 1}/{rounds}: {client}", file=sys.stderr)
                 my_client.default = lambda c=client: c  # type: ignore[misc]
                 try:
-                    capture = sb.MySqlCapture(db_url, database, Path(tmp) / f"{client}{r}", chunk)
+                    capture = inproc.MySqlCapture(
+                        db_url, database, Path(tmp) / f"{client}{r}", chunk
+                    )
                     cpu = time.process_time()
-                    result = sb.snapshot(capture, rows, CountingSink(), client)
+                    result = inproc.snapshot(capture, rows, CountingSink(), client)
                     times[client].append((result.seconds or 0.0, time.process_time() - cpu))
                 finally:
                     my_client.default = preferred  # type: ignore[method-assign]
@@ -617,7 +595,7 @@ def measure_mysql(
         return out
     finally:
         with contextlib.suppress(pymysql.err.Error):
-            mysql_execute(url, f"DROP DATABASE IF EXISTS `{database}`")
+            execute(url, f"DROP DATABASE IF EXISTS `{database}`")
 
 
 # --------------------------------------------------------------------------- main
@@ -671,7 +649,3 @@ def main(argv: list[str] | None = None) -> int:
         out.append(measure_mysql(url, args.rows, args.chunks, args.rounds, engine_rounds))
     print("\n\n".join(out))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from e2e.common import median, percentile
-from e2e.engine import EngineRun
-from e2e.sources import PlainRead
+from bench.lib.runs import EngineRun
+from bench.lib.stats import median, percentile
+from bench.lib.tables import PlainRead
 
 SINK_NAMES = {
     "counting": "snapshot → counting sink",

@@ -1,6 +1,6 @@
 """A Spanner snapshot against a plain read of the same table, on the emulator.
 
-    python bench/spanner_bench.py [--rows 100000] [--rounds 3] [--heartbeat-ms 1000]
+    python bench/read_bench.py spanner [--rows 100000] [--rounds 3] [--heartbeat-ms 1000]
 
 One database (GoogleSQL) with ``items`` (5 columns), the signal table and a change stream
 (NEW_ROW_AND_OLD_VALUES). Interleaved rounds, each:
@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 import uuid
@@ -31,8 +30,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from bench.lib.configs import toml_text
 
 PROJECT, INSTANCE = "test-project", "test-instance"
 DDL = [
@@ -90,24 +88,17 @@ def snapshot(db: Any, host: str, work: Path, heartbeat_ms: int) -> float:
 
     work.mkdir()
     config = work / "s.toml"
+    source = {
+        "kind": "spanner",
+        "url": f"spanner:///{db.name}",
+        "change_stream": "cs",
+        "emulator_host": host,
+        "heartbeat_ms": heartbeat_ms,
+        "tables": ["items"],
+    }
+    sink = {"kind": "jsonl", "path": "events.jsonl"}
     config.write_text(
-        f"""
-[source]
-kind = "spanner"
-url = "spanner:///{db.name}"
-change_stream = "cs"
-emulator_host = "{host}"
-heartbeat_ms = {heartbeat_ms}
-tables = ["items"]
-
-[sink]
-kind = "jsonl"
-path = "events.jsonl"
-
-[state]
-dir = "state"
-""",
-        encoding="utf-8",
+        toml_text({"source": source, "sink": sink, "state": {"dir": "state"}}), encoding="utf-8"
     )
     assert cli(["init", "-c", str(config)]) == 0
     started = time.perf_counter()
@@ -117,12 +108,12 @@ dir = "state"
     return time.perf_counter() - started
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--heartbeat-ms", type=int, default=1000)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     host = os.environ.get("SNAPSHOTTER_SPANNER_EMULATOR_HOST", "127.0.0.1:59010")
     db = database(host, args.rows)
     a: list[float] = []
@@ -139,7 +130,3 @@ def main() -> int:
         f"{s_rate:,.0f} rows/s = {s_rate / a_rate:.2f}x A (heartbeat_ms {args.heartbeat_ms})"
     )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
