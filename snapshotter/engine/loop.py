@@ -28,8 +28,7 @@ from typing import Any
 
 from signals import SignalError, Watermark, parse_signal
 from signals.display import EscapeControls
-from signals.names import TableId, TableSelector, parse_table_selector
-from signals.plan import Selectors
+from signals.names import TableId
 from snapshotter.common.faults import failpoint
 from snapshotter.config import Config
 from snapshotter.core.eta import eta_note
@@ -47,6 +46,7 @@ from snapshotter.engine.retry import SourceRetry, SourceUnavailableError, server
 from snapshotter.engine.scheduler import Flight, Scheduler, TableRun, random_window_id
 from snapshotter.engine.signal_actions import SignalActions, SignalContext
 from snapshotter.engine.signal_cleanup import WatermarkCleanup
+from snapshotter.engine.snapshot_scope import snapshot_scope
 from snapshotter.engine.start_guard import StartGuardWait
 from snapshotter.engine.state_store import StateStore
 from snapshotter.engine.stats import EngineStats
@@ -236,10 +236,7 @@ class Engine:
 
     def _signal_context(self) -> SignalContext:
         """What the signal actions may read and do."""
-        source = self._source
-        patterns: list[TableSelector] = [
-            _default_schema(parse_table_selector(t), source.default_schema) for t in source.tables
-        ]
+        scope = snapshot_scope(self._source, self._own_tables)
         return SignalContext(
             state=self.state,
             outcome=self._outcome,
@@ -253,11 +250,11 @@ class Engine:
             drop_run=self._scheduler.drop_run,
             cancel_tasks=lambda matches: self._workers.cancel(matches),
             snapshots_added=self._refresh_unfinished_keys,
-            captured=Selectors(patterns, source.default_schema),
-            captured_text=repr(source.tables),
-            signal_table=self._signal_table,
-            default_schema=source.default_schema,
-            own_tables=self._own_tables,
+            captured=scope.captured,
+            captured_text=scope.captured_text,
+            signal_table=scope.signal_table,
+            default_schema=scope.default_schema,
+            own_tables=scope.own_tables,
         )
 
     # ---------------------------------------------------------------- running
@@ -707,10 +704,6 @@ class Engine:
             self._scheduler.drop_run(progress)
         if self._on_progress is not None:
             self._on_progress(self.state)
-
-
-def _default_schema(selector: TableSelector, schema: str) -> TableSelector:
-    return selector.with_default_schema(schema) if isinstance(selector, TableId) else selector
 
 
 def _shape_change(old: Sequence[tuple[str, int]], new: Sequence[tuple[str, int]]) -> str:

@@ -14,6 +14,8 @@ from rich.console import Console
 
 from signals.names import TableId
 from snapshotter.app import cli
+from snapshotter.app.cli import reports
+from snapshotter.app.cli.common import Session
 from snapshotter.app.progress import bar_fields
 from snapshotter.app.status import progress_text, render_status, status_report
 from snapshotter.config import Config, parse_config
@@ -126,8 +128,8 @@ def watched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[float]:
         if len(waits) == 3:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "_config", lambda args: config(tmp_path))
-    monkeypatch.setattr(cli, "_status_report", fixed)
+    monkeypatch.setattr(Session, "load_config", lambda session, path: config(tmp_path))
+    monkeypatch.setattr(reports, "_status_report", fixed)
     monkeypatch.setattr(time, "sleep", sleep)
     return waits
 
@@ -149,10 +151,11 @@ def test_watch_json_is_one_document_a_line(watched: list[float], capsys: Any) ->
 def test_watch_on_a_terminal_updates_in_place(
     watched: list[float], capsys: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cli, "out", Console(force_terminal=True, file=open("/dev/null", "w")))  # noqa: SIM115
+    monkeypatch.setattr(reports, "out", Console(force_terminal=True, file=open("/dev/null", "w")))  # noqa: SIM115
     monkeypatch.setenv("COLUMNS", "250")  # pytest's stdout is no terminal: 80 columns
     assert cli.main(["status", "-c", "x.toml", "--watch", "1"]) == 0
-    assert "42000 / 100000 (42.0%)" in capsys.readouterr().out
+    # Updated in place: the last view once, where a console that is no terminal gets three.
+    assert capsys.readouterr().out.count("42000 / 100000 (42.0%)") == 1
 
 
 @pytest.mark.parametrize("bad", ["0", "-1", "nan", "inf", "1e308", "86401", "soon"])

@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from signals.names import TableId
-from snapshotter.app.cli import CliError, _confirm, build_parser
+from snapshotter.app.cli import build_parser
+from snapshotter.app.cli.common import CliError, Session
+from snapshotter.app.cli.setup import confirm
 from snapshotter.app.status import status_report
 from snapshotter.app.stream_position import reset_state, tables_to_snapshot
 from snapshotter.config import parse_config
@@ -350,26 +352,26 @@ def test_the_new_start_sorts_before_every_event_streamed_from_it() -> None:
 def test_without_a_terminal_only_yes_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("sys.stdin.isatty", lambda: False)
     with pytest.raises(CliError) as refused:
-        _confirm(argparse.Namespace(yes=False, command="teardown"), "Drop them?")
+        confirm(argparse.Namespace(yes=False, command="teardown"), "Drop them?")
     assert refused.value.code == 2
     assert "pass --yes" in str(refused.value) and "nothing was changed" in str(refused.value)
-    _confirm(argparse.Namespace(yes=True, command="teardown"), "Drop them?")
+    confirm(argparse.Namespace(yes=True, command="teardown"), "Drop them?")
 
 
 @pytest.mark.parametrize(("answer", "goes_on"), [("y", True), ("YES", True), ("", False)])
 def test_on_a_terminal_the_answer_decides(
     monkeypatch: pytest.MonkeyPatch, answer: str, goes_on: bool
 ) -> None:
-    from snapshotter.app import cli
+    from snapshotter.app.cli import common
 
     monkeypatch.setattr("sys.stdin.isatty", lambda: True)
-    monkeypatch.setattr(cli.err, "input", lambda prompt: answer)
+    monkeypatch.setattr(common.err, "input", lambda prompt: answer)
     args = argparse.Namespace(yes=False, command="reset-stream")
     if goes_on:
-        _confirm(args, "Reset?")
+        confirm(args, "Reset?")
     else:
         with pytest.raises(CliError, match="not confirmed"):
-            _confirm(args, "Reset?")
+            confirm(args, "Reset?")
 
 
 def test_the_commands_parse() -> None:
@@ -394,7 +396,8 @@ def test_run_names_the_config_and_tables_when_the_binlog_is_purged_mid_run(
 ) -> None:
     """The binlog reader's error for a purged file (server error 1236) carries the lost
     position as its cause; `run` prints it with the config file and the tables."""
-    from snapshotter.app import cli, runner
+    from snapshotter.app import runner
+    from snapshotter.app.cli import run
     from snapshotter.sources.mysql.reader import BinlogReaderError
 
     config = tmp_path / "my.toml"
@@ -411,9 +414,9 @@ def test_run_names_the_config_and_tables_when_the_binlog_is_purged_mid_run(
 
     monkeypatch.setattr(runner, "run_engine", failing_run)
     monkeypatch.setattr(runner.StopFlag, "install", lambda self, *_: None)  # keep pytest's SIGINT
-    monkeypatch.setattr(cli, "_tables_to_snapshot", lambda config: ["shop.orders"])
+    monkeypatch.setattr(run, "_tables_to_snapshot", lambda config: ["shop.orders"])
     with pytest.raises(CliError) as raised:
-        cli.cmd_run(build_parser().parse_args(["run", "-c", str(config)]))
+        run.cmd_run(Session(), build_parser().parse_args(["run", "-c", str(config)]))
     message = str(raised.value)
     assert message.startswith("binlog.000003 was purged")
     assert f"snapshotter reset-stream -c {config}" in message
