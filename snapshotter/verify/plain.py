@@ -45,7 +45,7 @@ from snapshotter.sinks.spark import bases
 from snapshotter.sinks.spark.types import META_COLUMNS
 from snapshotter.verify.row_hash import bucket_of, hash_rows
 from snapshotter.verify.rows import as_json_row, canonical
-from snapshotter.verify.spark import KEY_HASH, ROW_HASH, LandedSide, Summary, narrowable
+from snapshotter.verify.sides import KEY_HASH, ROW_HASH, LandedSide, Summary, narrowable
 
 if TYPE_CHECKING:
     from snapshotter.sinks.spark.lander import Lander, TableMeta

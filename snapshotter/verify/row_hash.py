@@ -3,7 +3,7 @@ hash and row hash per row, bit-identical for a source chunk hashed here and for 
 state hashed by Spark's Python workers, and the bucket a key hash falls in.
 
 Pure pyarrow, vectorised (no per-value Python). Nothing here may import other snapshotter
-modules: Spark ships this module to its workers by value (``verify.spark._hash_udf``), where
+modules: Spark ships this module to its workers by value (``verify.sides._hash_udf``), where
 snapshotter need not be installed.
 """
 

@@ -89,7 +89,7 @@ def test_an_existing_topic_is_used_as_it_is(
         admin.close()
     cap.init()
     cap.execute(table)
-    with caplog.at_level(logging.WARNING, logger="snapshotter.sinks.kafka.sink"):
+    with caplog.at_level(logging.WARNING, logger="snapshotter.sinks.kafka.topics"):
         assert cap.run(timeout=120) == 0
     assert "exists with 2 partitions ([sink] partitions = 3); using it as it is" in caplog.text
     verdict = cap.verify("t")

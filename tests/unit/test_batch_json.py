@@ -252,7 +252,7 @@ def kafka_messages(
     )
     producer = RecordingProducer()
     sink._producer = KafkaPythonProducer(producer)
-    sink._ensure_topic = lambda name: 1  # type: ignore[method-assign]
+    sink._topics.ensure = lambda name: 1  # type: ignore[method-assign]
     sink.write(items)
     return producer.sent
 

@@ -1604,7 +1604,7 @@ def fake_sink(
     producer = FakeProducer(partitions)
     sink._producer = KafkaPythonProducer(producer)  # instead of open(): no broker
     # the topic exists with that many partitions
-    sink._ensure_topic = lambda name: partitions  # type: ignore[method-assign]
+    sink._topics.ensure = lambda name: partitions  # type: ignore[method-assign]
     return sink, producer
 
 
@@ -1719,7 +1719,7 @@ def test_the_table_is_described_again_only_when_after_changes_shape() -> None:
     )
     producer = FakeProducer(1)
     sink._producer = KafkaPythonProducer(producer)
-    sink._ensure_topic = lambda name: 1  # type: ignore[method-assign]
+    sink._topics.ensure = lambda name: 1  # type: ignore[method-assign]
     row = {"id": 1, "v": 1, "big": "x"}
     sink.write(
         [
@@ -1822,7 +1822,7 @@ def test_the_sink_waits_for_kafka_past_its_bound_on_unacknowledged_bytes() -> No
         max_unflushed_bytes=2_000,
     )
     sink._producer = KafkaPythonProducer(FlushingProducer(1))
-    sink._ensure_topic = lambda name: 1  # type: ignore[method-assign]
+    sink._topics.ensure = lambda name: 1  # type: ignore[method-assign]
     row = {"id": 1, "v": 1, "big": "x" * 100}
     sink.write([event(Op.CREATE, (i,), after={**row, "id": i}, pos=i) for i in range(1, 101)])
     # every message is well over 100 bytes: a flush at least every 20 messages, not after each

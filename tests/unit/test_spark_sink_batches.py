@@ -20,6 +20,7 @@ from signals.names import TableId
 from snapshotter.core.events import ChangeEvent, Op, SnapshotMarker, Source
 from snapshotter.core.position import Position
 from snapshotter.core.window import ReadBatch
+from snapshotter.sinks.spark import lander_thread
 from snapshotter.sinks.spark import sink as spark_sink
 from snapshotter.sinks.spark.lander import Landed
 from snapshotter.sinks.spark.sink import SparkSink
@@ -185,7 +186,7 @@ def test_a_read_batch_with_a_column_the_catalog_lacks_describes_the_table_again(
 def test_compaction_waits_while_a_table_is_snapshotted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(spark_sink, "SNAPSHOT_QUIET_S", 0.5)
+    monkeypatch.setattr(lander_thread, "SNAPSHOT_QUIET_S", 0.5)
     lander = RecordingLander()
     sink, _ = open_sink(tmp_path, lander, {A: schema_of(A), B: schema_of(B)})
     sink.write([read_batch(A, [1, 2], 10), log_event(B, 3, 11)])

@@ -1,7 +1,8 @@
 """The Kafka sink: one topic per table, messages a consumer written for Debezium can read.
 
 * Topic ``<prefix>.<schema>.<table>`` (prefix: ``[source] name``), created on first use with
-  ``[sink] partitions`` and ``replication`` (an existing topic is used as it is).
+  ``[sink] partitions`` and ``replication`` (an existing topic is used as it is):
+  :mod:`snapshotter.sinks.kafka.topics`.
 * Key: the primary key as JSON, ``{"id": 7}`` (Debezium's key shape); value: the envelope as
   :mod:`snapshotter.sinks.encoding` writes it, the same text as the JSONL sink's ``value``.
   With ``schemas = true`` both are wrapped as ``{"schema": ..., "payload": ...}`` (Kafka
@@ -31,11 +32,9 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from itertools import repeat
 from typing import Any
-
-import pyarrow as pa
 
 from signals.names import TableId
 from snapshotter.common import faults
@@ -47,27 +46,22 @@ from snapshotter.core.window import ReadBatch
 from snapshotter.sinks import batch_json
 from snapshotter.sinks.base import Ack, SinkItem, in_process
 from snapshotter.sinks.encoding import KeyMismatchError, encode_key, encode_value
-from snapshotter.sinks.kafka import connect_schema
 from snapshotter.sinks.kafka.clients import (
     CONFLUENT_DEFAULTS,
     PRODUCER_DEFAULTS,
     PRODUCER_FIXED,
-    Admin,
     Client,
     ClientError,
-    ConfluentAdmin,
     ConfluentProducer,
-    KafkaPythonAdmin,
     KafkaPythonProducer,
     Producer,
     Sends,
     SendTimeout,
     TooLarge,
-    TopicError,
     Unreachable,
     client_settings,
-    error_name,
 )
+from snapshotter.sinks.kafka.topics import KafkaSinkError, Topic, Topics, topic_name, unreachable
 from snapshotter.sources.base import TableSchema
 
 __all__ = [
@@ -117,31 +111,6 @@ _NOTIFICATION_VALUE_SCHEMA = {
 }
 
 
-class KafkaSinkError(RuntimeError):
-    """The sink cannot go on; the message says why and what to do."""
-
-
-def topic_name(prefix: str, table: TableId) -> str:
-    if table.schema is None:
-        raise KafkaSinkError(f"event for table {table} without a schema")
-    return f"{prefix}.{table.schema}.{table.table}"
-
-
-@dataclass(slots=True)
-class _Topic:
-    name: str
-    partitions: int
-    # schemas mode: the table as described, and the serialized schemas
-    table: TableSchema | None = None
-    key_columns: tuple[str, ...] = ()
-    binary_columns: tuple[str, ...] = ()
-    key_schema: str = ""
-    # column lists of events found not to match the table even after describing it again
-    # (events older than an ALTER, replayed): not worth another catalog query
-    stale_shapes: set[tuple[str, ...]] = field(default_factory=set)
-    value_schemas: dict[tuple[str, ...], str] = field(default_factory=dict)
-
-
 @dataclass(slots=True)
 class _Checkpoint:
     id: int
@@ -168,11 +137,7 @@ class KafkaSink:
         if schemas and describe is None:
             raise ValueError("schemas = true needs describe (the table's columns)")
         self._bootstrap = bootstrap_servers
-        self._prefix = topic_prefix
         self._key_columns = key_columns
-        self._describe = describe
-        self._partitions = partitions
-        self._replication = replication
         self._schemas = schemas
         self._json_text = json_as_text
         self._settings = dict(settings or {})
@@ -190,8 +155,17 @@ class KafkaSink:
         if problems:
             raise KafkaSinkError(f"[sink] kafka: {'; '.join(problems)}")
         self._producer: Producer | None = None
-        self._admin: Admin | None = None
-        self._topics: dict[TableId, _Topic] = {}
+        self._topics = Topics(
+            bootstrap_servers=bootstrap_servers,
+            settings=self._settings,
+            client=client,
+            prefix=topic_prefix,
+            partitions=partitions,
+            replication=replication,
+            key_columns=key_columns,
+            describe=describe,
+            schemas=schemas,
+        )
         self._notification_topics: set[str] = set()  # created (or found) already
         self._pending: deque[_Checkpoint] = deque()
         self._checkpoint_id = 0
@@ -237,7 +211,7 @@ class KafkaSink:
             else:
                 self._producer = KafkaPythonProducer.connect(self._bootstrap, self._settings)
         except Unreachable as exc:
-            raise KafkaSinkError(self._unreachable(exc)) from None
+            raise KafkaSinkError(unreachable(self._bootstrap, exc)) from None
         except ClientError as exc:
             raise KafkaSinkError(f"cannot start the Kafka producer: {exc}") from None
 
@@ -337,9 +311,7 @@ class KafkaSink:
         finally:
             self._producer.close(0 if self._failure else 5)
             self._producer = None
-            if self._admin is not None:
-                self._admin.close()
-                self._admin = None
+            self._topics.close()
 
     # ------------------------------------------------------------------ messages
 
@@ -350,7 +322,7 @@ class KafkaSink:
         if self._producer is None:
             raise KafkaSinkError("the Kafka sink is not open")
         if topic not in self._notification_topics:
-            self._ensure_topic(topic)
+            self._topics.ensure(topic)
             self._notification_topics.add(topic)
         for record in records:
             key = {"id": record["id"]}
@@ -379,9 +351,9 @@ class KafkaSink:
         self, event: ChangeEvent, names: dict[TableId, tuple[str, ...]], out: list[Message]
     ) -> None:
         table = event.source.table
-        topic = self._topics.get(table) or self._open_topic(table)
+        topic = self._topics.of(table)
         if self._schemas and event.after is not None:
-            self._refresh_shape(topic, table, tuple(event.after))
+            self._topics.refresh_shape(topic, table, tuple(event.after))
         value = self._value(topic, event)
         if event.key is None:  # a truncate: to every partition, in order with its rows
             out.extend((topic.name, None, value, p) for p in range(topic.partitions))
@@ -408,9 +380,9 @@ class KafkaSink:
         its events' messages). READ rows have no tombstone, and no placeholder for an
         unavailable value (a chunk SELECT reads every column)."""
         table = batch.table
-        topic = self._topics.get(table) or self._open_topic(table)
+        topic = self._topics.of(table)
         if self._schemas:
-            self._refresh_shape(topic, table, tuple(batch.rows.column_names))
+            self._topics.refresh_shape(topic, table, tuple(batch.rows.column_names))
         columns = self._key_names(table, names)
         if len(columns) != len(batch.key_columns):
             exc = KeyMismatchError(
@@ -428,7 +400,7 @@ class KafkaSink:
         keys, values = encoded.keys, encoded.values
         if self._schemas:
             keys = batch_json.join(f'{{"schema":{topic.key_schema},"payload":', keys, "}")
-            schema = self._value_schema(topic, batch.template.to_dict())
+            schema = topic.value_schema(batch.template.to_dict())
             values = batch_json.join(f'{{"schema":{schema},"payload":', values, "}")
         return list(
             zip(
@@ -463,134 +435,16 @@ class KafkaSink:
             raise self._fail(f"sending to topic {topic} failed: {exc}") from None
         self._unflushed += len(key or b"") + len(value or b"")
 
-    def _value(self, topic: _Topic, event: ChangeEvent) -> bytes:
+    def _value(self, topic: Topic, event: ChangeEvent) -> bytes:
         if not self._schemas:
             return encode_value(event, json_text=self._json_text).encode("utf-8")
         if topic.binary_columns:
             event = _placeholder_as_bytes(event, topic.binary_columns)
         payload = encode_value(event, json_text=self._json_text)
-        schema = self._value_schema(topic, event.source.to_dict())
+        schema = topic.value_schema(event.source.to_dict())
         return f'{{"schema":{schema},"payload":{payload}}}'.encode()
 
-    def _value_schema(self, topic: _Topic, source: Mapping[str, Any]) -> str:
-        """The envelope's Connect schema, for a source block with these fields."""
-        signature = tuple(source)
-        schema = topic.value_schemas.get(signature)
-        if schema is None:
-            assert topic.table is not None
-            schema = json.dumps(
-                connect_schema.envelope_schema(topic.name, topic.table, topic.key_columns, source),
-                separators=(",", ":"),
-                ensure_ascii=False,
-            )
-            topic.value_schemas[signature] = schema
-        return schema
-
-    # ------------------------------------------------------------------ topics
-
-    def _open_topic(self, table: TableId) -> _Topic:
-        name = topic_name(self._prefix, table)
-        partitions = self._ensure_topic(name)
-        topic = self._topics[table] = _Topic(name, partitions)
-        if self._schemas:
-            self._describe_table(topic, table)
-        return topic
-
-    def _describe_table(self, topic: _Topic, table: TableId) -> None:
-        assert self._describe is not None
-        described = self._describe(table)
-        key = tuple(self._key_columns(table) or described.primary_key)
-        topic.table = described
-        topic.key_columns = key
-        topic.binary_columns = tuple(
-            c.name
-            for c in described.columns
-            if pa.types.is_binary(c.arrow_type) or pa.types.is_large_binary(c.arrow_type)
-        )
-        topic.key_schema = json.dumps(
-            connect_schema.key_schema(topic.name, described, key), separators=(",", ":")
-        )
-        topic.value_schemas.clear()
-
-    def _refresh_shape(self, topic: _Topic, table: TableId, columns: tuple[str, ...]) -> None:
-        """Describe the table again when a row's columns are not the described ones (a
-        column was added or dropped since). Only ``after`` rows tell: a delete's ``before``
-        may hold the key columns only (PostgreSQL's REPLICA IDENTITY DEFAULT)."""
-        assert topic.table is not None
-        if columns == topic.table.column_names or columns in topic.stale_shapes:
-            return
-        self._describe_table(topic, table)
-        if columns != topic.table.column_names:
-            topic.stale_shapes.add(columns)
-
-    def _ensure_topic(self, name: str) -> int:
-        """Create the topic (configured partitions and replication) unless it exists;
-        returns its partition count."""
-        try:
-            partitions = self._admin_client().ensure_topic(
-                name, self._partitions, self._replication
-            )
-        except TopicError as exc:
-            raise KafkaSinkError(self._not_created(name, exc.code, exc.message)) from None
-        except Unreachable as exc:
-            raise KafkaSinkError(self._unreachable(exc)) from None
-        except ClientError as exc:
-            raise KafkaSinkError(f"cannot create topic {name}: {exc}") from None
-        if partitions is None:
-            log.info(
-                "kafka: created topic %s (%d partitions, replication %d)",
-                name,
-                self._partitions,
-                self._replication,
-            )
-            return self._partitions
-        if partitions != self._partitions:
-            log.warning(
-                "kafka: topic %s exists with %d partitions ([sink] partitions = %d); using it "
-                "as it is",
-                name,
-                partitions,
-                self._partitions,
-            )
-        return partitions
-
-    def _admin_client(self) -> Admin:
-        if self._admin is None:
-            try:
-                if self._client == "confluent":
-                    self._admin = ConfluentAdmin(self._bootstrap, self._settings)
-                else:
-                    self._admin = KafkaPythonAdmin(self._bootstrap, self._settings)
-            except Unreachable as exc:
-                raise KafkaSinkError(self._unreachable(exc)) from None
-            except ClientError as exc:
-                raise KafkaSinkError(f"cannot start the Kafka admin client: {exc}") from None
-        return self._admin
-
     # ------------------------------------------------------------------ errors
-
-    def _unreachable(self, exc: Exception) -> str:
-        return (
-            f"cannot reach the Kafka brokers at {self._bootstrap} ({exc}); check [sink] "
-            "bootstrap_servers and that a broker is running"
-        )
-
-    def _not_created(self, name: str, code: int, message: str | None) -> str:
-        error = error_name(code)
-        detail = f"{error}: {message}" if message else error
-        what = f"{self._partitions} partitions, replication {self._replication}"
-        if "Authorization" in error:
-            hint = (
-                f"the sink may not create topics: create {name} yourself ({what}) or grant "
-                "CREATE on it"
-            )
-        elif "Replication" in error:
-            hint = "set [sink] replication to at most the number of brokers"
-        elif "Partitions" in error:
-            hint = "set [sink] partitions to a positive number the cluster allows"
-        else:
-            hint = f"create {name} yourself ({what})"
-        return f"cannot create topic {name} ({what}): {detail}; {hint}"
 
     def _fail(self, what: str) -> KafkaSinkError:
         """Remember why the sink cannot go on (every later call says it again)."""
