@@ -32,7 +32,8 @@ from signals.names import TableId
 from signals.table import create_signal_table
 from snapshotter.app.cli import main as cli_main
 from snapshotter.app.runner import StopFlag, run_engine
-from snapshotter.config import Config, SourceConfig, load_config
+from snapshotter.config import Config, load_config
+from snapshotter.config.source import SourceBase
 from snapshotter.core.events import Op
 from snapshotter.core.state import EngineState, StreamState
 from snapshotter.engine.state_store import StateStore, state_path
@@ -47,7 +48,7 @@ from snapshotter.sources.postgres import types as pg_types
 TABLE = "items"
 TICKER_TABLE = "ticker"
 SIGNAL_TABLE = "debezium_signal"
-DEFAULT_CHUNK_SIZE: int = SourceConfig.model_fields["chunk_size"].default
+DEFAULT_CHUNK_SIZE: int = SourceBase.model_fields["chunk_size"].default
 ENGINE_TIMEOUT_S = 3600.0
 MYSQL_SERVER_ID = 6101
 MYSQL_PREFIX = "MySQL: "  # the MySQL rows' names in the table

@@ -367,9 +367,8 @@ def child_snapshot(spec: dict[str, Any]) -> dict[str, Any]:
 
     class TimedSparkSink(SparkSink):
         def __init__(self, **kwargs: Any) -> None:
-            super().__init__(**kwargs)
-            self._staging = TimedStaging(self._staging.directory)
-            opener = self._open_lander
+            kwargs["staging"] = TimedStaging(kwargs["staging"].directory)
+            opener = kwargs["open_lander"]
 
             def open_lander() -> Any:
                 started = time.perf_counter()
@@ -377,18 +376,22 @@ def child_snapshot(spec: dict[str, Any]) -> dict[str, Any]:
                 timing["session"] += time.perf_counter() - started
                 return lander
 
-            self._open_lander = open_lander
+            kwargs["open_lander"] = open_lander
+            super().__init__(**kwargs)
+            stage = self._stager._stage  # on the sink's stager thread
+
+            def timed_stage(work: Any) -> None:
+                started = time.perf_counter()
+                stage(work)
+                timing["stage"] += time.perf_counter() - started
+
+            self._stager._stage = timed_stage  # type: ignore[method-assign]
 
         def open(self, resume: Any) -> None:
             super().open(resume)
             marks["opened"] = time.perf_counter()
             if profiler is not None:  # the snapshot part only: not Spark's start, not close
                 profiler.enable()
-
-        def _stage(self, work: Any) -> None:  # on the sink's stager thread
-            started = time.perf_counter()
-            super()._stage(work)
-            timing["stage"] += time.perf_counter() - started
 
         def _wait_for_room(self) -> None:
             started = time.perf_counter()
@@ -424,7 +427,7 @@ def child_snapshot(spec: dict[str, Any]) -> dict[str, Any]:
     (sink,) = sinks
     timing["to_arrow"] = timing["stage"] - timing["write"]
     landed = [asdict(x) for x in sink.landed]
-    lander = sink._lander
+    lander = sink._landings.lander
     assert lander is not None
     table = TableId(*spec["table"].split(".", 1))
     current = lander.current_state(table)
