@@ -26,9 +26,15 @@ from signals.names import TableId
 from signals.table import delete_watermarks, insert_signal, watermark_rows
 from snapshotter.core.keys import Key, KeyCodecError, normalize_key
 from snapshotter.core.visibility import OpenAtStart
-from snapshotter.sources.base import ChunkSpec, ColumnInfo, TableError, TableSchema, error_chain
+from snapshotter.sources.base import (
+    ChunkReadError,
+    ChunkSpec,
+    ColumnInfo,
+    TableError,
+    TableSchema,
+    error_chain,
+)
 from snapshotter.sources.privileges import SIGNAL_TABLE_PRIVILEGES, granted
-from snapshotter.sources.query_guard import Outcome, QueryGuard, cancelled_error, timeout_error
 
 _MAX_CACHED_QUERIES = 256
 CHUNK_QUERY = "chunk query"  # what a chunk read is called in errors (and fault points)
@@ -155,13 +161,11 @@ class ChunkQueries(ABC):
 class SqlDialect(ABC):
     """What the SQL dialects share beside the chunk SQL: the watermark rows of the signal
     table (the same SQL for every database: ``signals.table``, through the dialect's
-    SQLAlchemy engine), the cancelling of reads, the errors of a guarded read, and the
-    error classification by the chain of causes. Hooks: ``engine`` and
-    ``_transient_error``."""
+    SQLAlchemy engine) and the error classification by the chain of causes. Hooks:
+    ``engine`` and ``_transient_error``. The reads of the chunk connection are
+    ``sql_reads.GuardedReads``."""
 
     signal_table: TableId
-    chunk_timeout_s: float
-    _guard: QueryGuard  # time limit and cancellation of the max-key and chunk queries
 
     @property
     @abstractmethod
@@ -171,8 +175,8 @@ class SqlDialect(ABC):
     @staticmethod
     @abstractmethod
     def _transient_error(error: BaseException) -> bool:
-        """Whether ``error`` itself (one link of the chain) means a lost connection or a
-        server going away."""
+        """Whether the driver's ``error`` (one link of the chain) means a lost connection
+        or a server going away."""
 
     def write_watermark(self, watermark: Watermark) -> None:
         # A privilege the user lacks is said in one line with its GRANT: the snapshot's
@@ -199,25 +203,18 @@ class SqlDialect(ABC):
             return watermark_rows(conn, self.signal_table, after, limit)
 
     def is_transient(self, exc: BaseException) -> bool:
-        return any(self._transient_error(error) for error in error_chain(exc))
-
-    def cancel_reads(self) -> None:
-        self._guard.cancel()
-
-    def allow_reads(self) -> None:
-        self._guard.allow()
+        return any(_lost(error) or self._transient_error(error) for error in error_chain(exc))
 
     def unfinished_xids(self) -> OpenAtStart | None:
         return None  # commits visible in log order (MySQL); PostgreSQL answers
 
-    def _outcome_error(
-        self, outcome: Outcome, table: TableId, what: str, filtered: bool
-    ) -> Exception:
-        """ReadCancelled for a query the guard cancelled on request; a TableError for one
-        past the time limit."""
-        if outcome is Outcome.CANCELLED:
-            return cancelled_error(what, table)
-        return timeout_error(what, table, self.chunk_timeout_s, filtered)
+
+def _lost(error: BaseException) -> bool:
+    """What means a lost connection whatever the database: a chunk read that failed so
+    (``ChunkReadError``), a connection error, a pooled connection SQLAlchemy found gone."""
+    if isinstance(error, ChunkReadError | ConnectionError):
+        return True
+    return isinstance(error, sa.exc.DBAPIError) and error.connection_invalidated
 
 
 def rows_to_arrow(

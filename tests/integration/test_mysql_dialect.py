@@ -531,9 +531,10 @@ def composite(dialect: MySqlDialect, mysql_engine: sa.Engine, mysql_db: str) -> 
     return dialect.describe(TableId(mysql_db, "comp"))
 
 
-def assert_range_on_primary(plan: list[dict[str, Any]]) -> None:
-    assert plan, "EXPLAIN returned nothing"
-    for row in plan:
+def assert_range_on_primary(plan: str) -> None:
+    rows = [json.loads(line) for line in plan.splitlines()]  # one JSON object per plan row
+    assert rows, "EXPLAIN returned nothing"
+    for row in rows:
         assert row["type"] == "range", plan
         assert row["key"] == "PRIMARY", plan
 

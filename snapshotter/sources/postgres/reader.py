@@ -38,7 +38,7 @@ from psycopg.conninfo import conninfo_to_dict
 from snapshotter.core.position import Position
 from snapshotter.sources.log import Change, Commit, LogItem, LogReaderError, Progress
 from snapshotter.sources.postgres.decoder import PgOutputDecoder
-from snapshotter.sources.postgres.dialect import pg_error_is_transient
+from snapshotter.sources.postgres.transient import pg_error_is_transient
 
 log = logging.getLogger(__name__)
 
