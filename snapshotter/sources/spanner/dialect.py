@@ -47,14 +47,6 @@ from snapshotter.sources.spanner.types import (
 )
 from snapshotter.sources.sql_common import checked_key, columns_converter
 
-_SYSTEM_SCHEMAS = (
-    "INFORMATION_SCHEMA",
-    "SPANNER_SYS",
-    "information_schema",
-    "pg_catalog",
-    "spanner_sys",
-)
-
 
 class SpannerDialect(SpannerCatalog):
     connector = "spanner"
