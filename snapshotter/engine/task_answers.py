@@ -23,6 +23,7 @@ from snapshotter.engine.checkpointer import Checkpointer
 from snapshotter.engine.key_catalog import KeyCatalog
 from snapshotter.engine.retry import SourceRetry
 from snapshotter.engine.scheduler import Scheduler, TableRun
+from snapshotter.engine.signal_cleanup import WatermarkCleanup
 from snapshotter.engine.workers import (
     ChunkBounded,
     ChunkRead,
@@ -51,7 +52,7 @@ class TaskAnswers:
         checkpoints: Checkpointer,
         row_converter: Callable[[TableSchema], RowConverter | None],
         fail: Fail,
-        window_over: Callable[[str], None],
+        cleanup: WatermarkCleanup | None,
         now_ms: Callable[[], int],
     ) -> None:
         self._state = state
@@ -61,13 +62,17 @@ class TaskAnswers:
         self._checkpoints = checkpoints
         self._row_converter = row_converter
         self._fail = fail
-        self._window_over = window_over  # its watermark rows may go (signal_cleanup)
+        self._cleanup = cleanup  # deletes the watermark rows of windows that are over
         self._now_ms = now_ms  # wall clock, epoch ms (a snapshot's start time in state)
 
     def answered(self, result: Result) -> None:
         task = result.task
-        if isinstance(result, TaskFailed) and isinstance(task, ChunkTask):
-            self._window_over(task.window.window_id)  # never continued: a new window re-reads
+        if (
+            isinstance(result, TaskFailed)
+            and isinstance(task, ChunkTask)
+            and self._cleanup is not None
+        ):
+            self._cleanup.finished(task.window.window_id)  # never continued: a new window re-reads
         if not isinstance(result, TaskFailed):
             self._retry.answered()
         progress = self._state.progress(task.table)

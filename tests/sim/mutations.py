@@ -23,8 +23,8 @@ caught only when a seed fails on one of them, never when the engine merely raise
   not only over the contiguous prefix of them.
 * ``resume-from-start`` (core/spans.py): a resumed snapshot pages from the table's start
   instead of from its last durable key (rows read twice, for nothing).
-* ``output-barrier`` (engine/loop.py, rule 5): READ batches are handed to the sink after the log
-  events that followed their close watermark in the same read.
+* ``output-barrier`` (engine/window_close.py, rule 5): READ batches are handed to the sink after
+  the log events that followed their close watermark in the same read (``Output.flush``).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from snapshotter.core.spans import SpanDone, SpanPlan
 from snapshotter.core.visibility import OpenTransaction, RecentTransactions
 from snapshotter.core.window import ChunkWindow, ReadBatch
-from snapshotter.engine import Engine
+from snapshotter.engine.window_close import Output
 from tests.sim.errors import Property
 from tests.sim.harness import SeedFailed, simulate
 
@@ -115,11 +115,11 @@ def _plan_from_start(
 
 
 def _reads_after_log_events(self) -> None:
-    out = self._out
-    if out:
-        logged = [i for i in out if not isinstance(i, ReadBatch)]
-        self._sink.write(logged + [i for i in out if isinstance(i, ReadBatch)])
-        self._out = []
+    items = self._items
+    if items:
+        logged = [i for i in items if not isinstance(i, ReadBatch)]
+        self._sink.write(logged + [i for i in items if isinstance(i, ReadBatch)])
+        self._items = []
 
 
 @dataclass(frozen=True)
@@ -189,8 +189,8 @@ MUTATIONS = {
         ),
         _mutation(
             "output-barrier",
-            Engine,
-            "_flush_out",
+            Output,
+            "flush",
             _reads_after_log_events,
             Property.POSITIONS_BACKWARDS,
             Property.OUTPUT_NOT_TABLE,
