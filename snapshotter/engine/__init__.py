@@ -18,17 +18,22 @@
 - ``watchdog``: what the source's log no longer carries (asked while running, and when a
   close watermark is overdue);
 - ``signal_cleanup``: deleting the engine's own watermark rows;
-- ``state_store``: the state file (atomic replace, lock).
+- ``state_store``: the state file (atomic replace, lock);
+- ``live_state``: the state as it runs, changed through methods that mark what changed (the
+  checkpointer reads the marks);
+- ``context``: what an engine is built from (``EngineContext``).
 """
 
 from snapshotter.core.window import WindowPhase
+from snapshotter.engine.context import EngineContext, KeyColumns, OpenReader
 from snapshotter.engine.key_catalog import KeyCatalog
-from snapshotter.engine.loop import Engine, EngineStop, KeyColumns, OpenReader
+from snapshotter.engine.loop import Engine, EngineStop
 from snapshotter.engine.retry import SourceUnavailableError
 from snapshotter.engine.workers import PhaseHooks, StartWorkers, WorkerPool
 
 __all__ = [
     "Engine",
+    "EngineContext",
     "EngineStop",
     "KeyCatalog",
     "KeyColumns",

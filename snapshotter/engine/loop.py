@@ -23,37 +23,29 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from signals.display import EscapeControls
 from signals.names import TableId
-from snapshotter.config import Config
 from snapshotter.core.events import Op
 from snapshotter.core.position import Position
-from snapshotter.core.state import EngineState
 from snapshotter.engine.caught_up import CaughtUp
 from snapshotter.engine.checkpointer import Checkpointer, SaveObserver
+from snapshotter.engine.context import EngineContext, KeyColumns, OpenReader
 from snapshotter.engine.key_catalog import KeyCatalog
+from snapshotter.engine.live_state import LiveState
 from snapshotter.engine.outcome import RunOutcome
 from snapshotter.engine.retry import SourceRetry, server_of
-from snapshotter.engine.scheduler import Scheduler, TableRun, random_window_id
+from snapshotter.engine.scheduler import Scheduler, TableRun
 from snapshotter.engine.signal_cleanup import WatermarkCleanup
 from snapshotter.engine.signal_rows import SignalRows
-from snapshotter.engine.state_store import StateStore
 from snapshotter.engine.stats import EngineStats
-from snapshotter.engine.watchdog import LogCoverage, log_watch, waiting_for_close
+from snapshotter.engine.watchdog import log_watch, waiting_for_close
 from snapshotter.engine.window_close import Output, Windows
 from snapshotter.engine.workers import (
-    ChunkWorkers,
-    PhaseHooks,
-    RemoteReads,
-    StartWorkers,
     WorkerPool,
 )
 from snapshotter.sinks.base import Sink
-from snapshotter.sources.base import Dialect
 from snapshotter.sources.log import Change, Commit, LogItem, LogReader, Notice, Progress, TableShape
 
 log = logging.getLogger("snapshotter.engine")
@@ -61,9 +53,6 @@ log = logging.getLogger("snapshotter.engine")
 # that none can forge or hide a line (signals.display).
 log.addFilter(EscapeControls())
 logging.getLogger("snapshotter.chunks").addFilter(EscapeControls())
-
-KeyColumns = Callable[[TableId], Sequence[str] | None]
-OpenReader = Callable[[Mapping[str, Any], KeyColumns], LogReader]
 
 READ_TIMEOUT_S = 0.05
 REPORT_INTERVAL_S = 5.0
@@ -75,51 +64,22 @@ class EngineStop(Exception):
 
 
 class Engine:
-    def __init__(
-        self,
-        *,
-        config: Config,
-        dialect: Dialect,
-        open_reader: OpenReader,
-        sink: Sink,
-        store: StateStore,
-        hooks: PhaseHooks | None = None,
-        on_progress: Callable[[EngineState], None] | None = None,
-        retry_for: float | None = None,
-        open_dialect: Callable[[], Dialect] | None = None,
-        keys: KeyCatalog | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
-        start_workers: StartWorkers | None = None,
-        new_window_id: Callable[[], str] | None = None,
-        remote_reads: RemoteReads | None = None,
-        wall_ms: Callable[[], int] | None = None,
-        log_coverage: LogCoverage | None = None,
-    ) -> None:
-        """``keys``: the catalog the sinks ask for key names (a new one if None).
-        ``clock`` and ``sleep``: every time read and wait of the engine (a simulation passes
-        its own). ``start_workers``: builds the chunk-worker pool (the threaded
-        ``ChunkWorkers`` if None). ``new_window_id``: the ids of chunk windows (random UUIDs
-        if None); a simulation passes its own, since they reach the signal table.
-        ``wall_ms``: the epoch-ms clock of the snapshots' start times in state.
-        ``log_coverage``: what the source's log no longer carries, asked while running
-        (``engine.watchdog``); None: overdue close watermarks are only warned about."""
-        source = config.source
+    def __init__(self, context: EngineContext) -> None:
+        config, dialect, sink, store = context.config, context.dialect, context.sink, context.store
+        clock, source = context.clock, config.source
         self._dialect = dialect
-        # A dialect of its own (connection, statement guard) for each chunk worker but the
-        # first, which uses ``dialect``: needed when read_parallelism > 1.
-        self._open_dialect = open_dialect
+        # A dialect of its own for each chunk worker but the first, which uses ``dialect``.
+        self._open_dialect = context.open_dialect
         self._parallelism = source.read_parallelism
-        if self._parallelism > 1 and open_dialect is None:
+        if self._parallelism > 1 and context.open_dialect is None:
             raise ValueError("read_parallelism > 1 needs open_dialect for the other workers")
-        self._open_reader = open_reader
+        self._open_reader = context.open_reader
         self._sink = sink
         self._store = store
-        self._hooks = hooks
-        self._on_progress = on_progress
+        self._hooks = context.hooks
+        self._on_progress = context.on_progress
         self._clock = clock
-        self._wall_ms = wall_ms or _now_ms
-        self._start_workers: StartWorkers = start_workers or ChunkWorkers
+        self._start_workers = context.start_workers
         self._workers: WorkerPool  # started by ``start``
         self._reader: LogReader  # opened by ``start``
         self._signal_table = source.signal_table_id
@@ -131,13 +91,16 @@ class Engine:
         self._finish_s = min(FINISH_TRANSACTION_S, config.state.shutdown_timeout_s / 3)
         self.state = store.load()
         self.state.prune_history()  # a state file from before history was bounded
+        # Every change worth a checkpoint goes through it, marked (engine.live_state).
+        self._live = LiveState(self.state)
         self._outcome = RunOutcome()
         self._scheduler = Scheduler(
             chunk_size=source.chunk_size,
             parallelism=self._parallelism,
-            new_window_id=new_window_id or random_window_id,
-            remote=remote_reads,
+            new_window_id=context.new_window_id,
+            remote=context.remote_reads,
         )
+        keys = context.keys
         self._keys = keys if keys is not None else KeyCatalog(dialect.describe, self._signal_table)
         self._keys.remember_surrogates(self.state.snapshots)
         # Events on their way to the sink, in order (the output barrier: window_close).
@@ -146,23 +109,27 @@ class Engine:
             Position.from_token(self.state.stream.position) if self.state.stream.position else None
         )
         self._checkpoints = Checkpointer(
-            state=self.state,
+            live=self._live,
             sink=sink,
             store=store,
             interval_s=config.state.checkpoint_interval_ms / 1000,
             flush=self._output.flush,
             clock=clock,
-            sleep=sleep,
+            sleep=context.sleep,
         )
         # Transient source failures of the snapshot side (engine.retry).
         self._retry = SourceRetry(
-            server=server_of(source.url), retry_for=retry_for, clock=clock, sleep=sleep
+            server=server_of(source.url),
+            retry_for=context.retry_for,
+            clock=clock,
+            sleep=context.sleep,
         )
         self._caught_up = CaughtUp(
             log_end=lambda: self._dialect.log_end(),
             is_transient=lambda exc: self._dialect.is_transient(exc),
             retry=self._retry,
             checkpoints=self._checkpoints,
+            live=self._live,
             clock=clock,
         )
         # Deletes the watermark rows of windows that are over (signal_cleanup).
@@ -174,34 +141,32 @@ class Engine:
         self.stats = EngineStats()
         self._signals = SignalRows(
             config=config,
-            state=self.state,
+            live=self._live,
             dialect=dialect,
             retry=self._retry,
             scheduler=self._scheduler,
             outcome=self._outcome,
-            checkpoints=self._checkpoints,
             stats=self.stats,
             cancel_tasks=lambda matches: self._workers.cancel(matches),
             snapshots_added=self._refresh_unfinished_keys,
         )
         self._windows = Windows(
-            state=self.state,
+            live=self._live,
             scheduler=self._scheduler,
             keys=self._keys,
             dialect=dialect,
             retry=self._retry,
             cleanup=self._cleanup,
             output=self._output,
-            checkpoints=self._checkpoints,
             fail=self._fail,
             problem=self._signals.problem,
             signal_table=self._signal_table,
             stats=self.stats,
             clock=clock,
-            wall_ms=self._wall_ms,
-            on_progress=on_progress,
+            wall_ms=context.wall_ms,
+            on_progress=context.on_progress,
         )
-        self._watch = log_watch(log_coverage, source.chunk_timeout_s)
+        self._watch = log_watch(context.log_coverage, source.chunk_timeout_s)
 
     @property
     def keys(self) -> KeyCatalog:
@@ -326,7 +291,7 @@ class Engine:
         falls on a boundary (the rest of it is already on its way: the log sends committed
         transactions only)."""
         deadline = self._clock() + timeout
-        while self._checkpoints.in_txn and self._clock() < deadline:
+        while self._live.in_transaction and self._clock() < deadline:
             for item in self._reader.read(READ_TIMEOUT_S):
                 self._handle(item)
 
@@ -403,7 +368,7 @@ class Engine:
         event = change.event
         if event.table in self._own_tables:
             return
-        self._checkpoints.in_txn = True
+        self._live.transaction_began()
         if event.table != self._signal_table:
             # Always, replayed changes included: a chunk's snapshot may miss a transaction
             # logged long before its open watermark (core.visibility).
@@ -421,25 +386,22 @@ class Engine:
         self.stats.log_changes += 1
 
     def _on_commit(self, commit: Commit) -> None:
-        self._checkpoints.in_txn = False
+        self._live.transaction_ended()
         self._windows.committed(commit)
         if self._replayed(commit.position):
             return
         self.stats.commit_seen(commit.ts_ms)
-        self._checkpoints.at_boundary(commit.resume, commit.log_offset)
-        self.state.stream.position = commit.position.token
-        self.state.stream.resume = dict(commit.resume)
+        self._live.at_boundary(commit.resume, commit.log_offset, commit.position)
         if self._checkpoints.due():
             self._checkpoints.checkpoint()
 
     def _on_log_progress(self, progress: Progress) -> None:
-        self._checkpoints.in_txn = False
-        if progress.log_offset <= self._checkpoints.boundary_offset:
+        self._live.transaction_ended()
+        if progress.log_offset <= self._live.boundary_offset:
             return
         # Idle log (or traffic only in tables we do not capture): move the restart point on,
         # so the slot is confirmed and the database can free WAL.
-        self._checkpoints.at_boundary(progress.resume, progress.log_offset)
-        self.state.stream.resume = dict(progress.resume)
+        self._live.at_boundary(progress.resume, progress.log_offset)
 
     def _on_shape(self, shape: TableShape) -> None:
         previous = self._keys.shape_seen(shape)
@@ -462,10 +424,8 @@ class Engine:
     # ---------------------------------------------------------------- snapshots
 
     def _fail(self, run: TableRun, error: str) -> None:
-        if not run.progress.status.finished:
-            run.progress.fail(error)
+        if self._live.snapshot_failed(run.progress, error):
             self.stats.errors["snapshot"] += 1
-        self._checkpoints.dirty = True
         self._scheduler.drop_run(run.progress)
         log.error("snapshot of %s failed: %s", run.progress.table, error)
 
@@ -484,8 +444,4 @@ def _shape_change(old: Sequence[tuple[str, int]], new: Sequence[tuple[str, int]]
     return "; ".join(parts)
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-__all__ = ["Engine", "EngineStop", "KeyColumns", "OpenReader"]
+__all__ = ["Engine", "EngineContext", "EngineStop", "KeyColumns", "OpenReader"]

@@ -14,8 +14,8 @@ from signals.plan import Selectors
 from snapshotter.config import Config
 from snapshotter.core.events import ChangeEvent
 from snapshotter.core.position import Position
-from snapshotter.core.state import EngineState, SignalProblem
-from snapshotter.engine.checkpointer import Checkpointer
+from snapshotter.core.state import SignalProblem
+from snapshotter.engine.live_state import LiveState
 from snapshotter.engine.outcome import RunOutcome
 from snapshotter.engine.retry import SourceRetry, SourceUnavailableError
 from snapshotter.engine.scheduler import Scheduler
@@ -32,21 +32,20 @@ class SignalRows:
         self,
         *,
         config: Config,
-        state: EngineState,
+        live: LiveState,
         dialect: Dialect,
         retry: SourceRetry,
         scheduler: Scheduler,
         outcome: RunOutcome,
-        checkpoints: Checkpointer,
         stats: EngineStats,
         cancel_tasks: Callable[[Callable[[Task], bool]], None],
         snapshots_added: Callable[[], None],
     ) -> None:
         """``cancel_tasks``: cancels the running reads of the chunk tasks that match (a
         stop-snapshot); ``snapshots_added``: the engine refreshes the keys it compares."""
-        self._state = state
+        self._live = live
+        self._state = state = live.state
         self._dialect = dialect
-        self._checkpoints = checkpoints
         self._stats = stats
         source = config.source
         patterns: list[TableSelector] = [
@@ -91,8 +90,7 @@ class SignalRows:
             return None
         if self._state.was_processed(signal.id, event.position):
             return None
-        self._state.mark_processed(signal.id, event.position)
-        self._checkpoints.dirty = True
+        self._live.signal_processed(signal.id, event.position)
         log.info("signal %s (%s) received", signal.id, signal.type.value)
         try:
             self._actions.dispatch(signal, event.position)
@@ -117,12 +115,11 @@ class SignalRows:
         ``status``; the stream goes on."""
         log.log(level, "signal %s (%s): %s", signal_id, kind, message)
         self._stats.errors["signal"] += 1
-        self._state.add_problem(
+        self._live.problem_kept(
             SignalProblem(
                 signal_id=signal_id, signal_type=kind, message=message, position=position.token
             )
         )
-        self._checkpoints.dirty = True
 
     def _relation_kinds(self, tables: Sequence[TableId]) -> Mapping[TableId, str]:
         """Why names the listing lacks are not tables (a view, ...): only for the message,

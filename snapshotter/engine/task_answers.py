@@ -18,9 +18,9 @@ from collections.abc import Callable
 from typing import Any
 
 from snapshotter.core.spans import SpanRead
-from snapshotter.core.state import EngineState, SnapshotStatus
-from snapshotter.engine.checkpointer import Checkpointer
+from snapshotter.core.state import SnapshotStatus
 from snapshotter.engine.key_catalog import KeyCatalog
+from snapshotter.engine.live_state import LiveState
 from snapshotter.engine.retry import SourceRetry
 from snapshotter.engine.scheduler import Scheduler, TableRun
 from snapshotter.engine.signal_cleanup import WatermarkCleanup
@@ -45,21 +45,20 @@ class TaskAnswers:
     def __init__(
         self,
         *,
-        state: EngineState,
+        live: LiveState,
         scheduler: Scheduler,
         keys: KeyCatalog,
         retry: SourceRetry,
-        checkpoints: Checkpointer,
         row_converter: Callable[[TableSchema], RowConverter | None],
         fail: Fail,
         cleanup: WatermarkCleanup | None,
         now_ms: Callable[[], int],
     ) -> None:
-        self._state = state
+        self._live = live
+        self._state = live.state
         self._scheduler = scheduler
         self._keys = keys
         self._retry = retry
-        self._checkpoints = checkpoints
         self._row_converter = row_converter
         self._fail = fail
         self._cleanup = cleanup  # deletes the watermark rows of windows that are over
@@ -131,13 +130,14 @@ class TaskAnswers:
             self._scheduler.drop_run(progress)
             return
         if progress.status is SnapshotStatus.PENDING:
-            progress.key_columns = list(result.key_columns)
-            # For progress and ETA (core.eta): with a filter, an upper bound of what it reads.
-            progress.estimated_rows = result.estimated_rows
-            progress.started_ms = self._now_ms()
-            progress.start(result.max_key)
+            self._live.snapshot_started(
+                progress,
+                key_columns=result.key_columns,
+                max_key=result.max_key,
+                estimated_rows=result.estimated_rows,
+                started_ms=self._now_ms(),
+            )
             self._keys.refresh_unfinished(self._state.snapshots)
-            self._checkpoints.dirty = True
             done = progress.status.finished  # an empty table is done at once
             log.info(
                 "snapshot of %s started: key %s, maximum key %s, estimated rows %s",

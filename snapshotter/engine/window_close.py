@@ -13,7 +13,6 @@ are all out (``core.spans``, 6.).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 
 from signals import Watermark
@@ -25,8 +24,9 @@ from snapshotter.core.keys import Key
 from snapshotter.core.state import EngineState, SnapshotStatus
 from snapshotter.core.visibility import RecentTransactions
 from snapshotter.core.window import StagedReadBatch, WindowOrderError
-from snapshotter.engine.checkpointer import Checkpointer
+from snapshotter.engine.context import epoch_ms
 from snapshotter.engine.key_catalog import KeyCatalog
+from snapshotter.engine.live_state import LiveState
 from snapshotter.engine.retry import SourceRetry
 from snapshotter.engine.scheduler import Flight, Scheduler, TableRun
 from snapshotter.engine.signal_cleanup import WatermarkCleanup
@@ -72,14 +72,13 @@ class Windows:
     def __init__(
         self,
         *,
-        state: EngineState,
+        live: LiveState,
         scheduler: Scheduler,
         keys: KeyCatalog,
         dialect: Dialect,
         retry: SourceRetry,
         cleanup: WatermarkCleanup | None,
         output: Output,
-        checkpoints: Checkpointer,
         fail: Fail,
         problem: Problem,
         signal_table: TableId,
@@ -88,7 +87,8 @@ class Windows:
         wall_ms: Callable[[], int],
         on_progress: Callable[[EngineState], None] | None,
     ) -> None:
-        self._state = state
+        self._live = live
+        self._state = state = live.state
         self._scheduler = scheduler
         self._dialect = dialect
         # The transactions a chunk's snapshot may have missed (rule 4).
@@ -102,11 +102,10 @@ class Windows:
         self._retry = retry
         self._cleanup = cleanup  # deletes the watermark rows of windows that are over
         self._answers = TaskAnswers(
-            state=state,
+            live=live,
             scheduler=scheduler,
             keys=keys,
             retry=retry,
-            checkpoints=checkpoints,
             row_converter=dialect.row_converter,
             fail=fail,
             cleanup=cleanup,
@@ -121,7 +120,6 @@ class Windows:
             signal_table=signal_table,
         )
         self._output = output
-        self._checkpoints = checkpoints
         self._fail = fail
         self._stats = stats
         self._clock = clock
@@ -232,25 +230,18 @@ class Windows:
         failpoint("window.close")
         # Rule 5: the close watermark is an output barrier: the survivors go to the sink now,
         # before the engine handles any log item after the watermark.
-        self._output.append(batch.stamped(event.source, _now_ms(), run.convert))
+        self._output.append(batch.stamped(event.source, epoch_ms(), run.convert))
         assert run.plan is not None
         # Progress moves over the spans at the head of the plan whose batches are all out
         # (core.spans, 6.): none, when an earlier span is still being read.
-        for done in run.plan.closed(
+        done = run.plan.closed(
             window.window_id,
             selected=batch.selected,
             emitted=len(batch),
             last_key=batch.last_key,
             covered=batch.staged.covered if isinstance(batch, StagedReadBatch) else None,
-        ):
-            progress.chunk_done(
-                last_key=done.last_key,
-                selected=done.selected,
-                emitted=done.emitted,
-                chunk_size=task.limit,
-                final=done.final,
-            )
-        self._checkpoints.dirty = True
+        )
+        self._live.spans_done(progress, done, task.limit)
         self._stats.chunks_closed += 1
         log.debug(
             "chunk %d of %s: close watermark seen, %d emitted, %d dropped by the log",
@@ -312,7 +303,3 @@ class Windows:
                 progress.rows_emitted,
                 progress.chunk_id,
             )
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000

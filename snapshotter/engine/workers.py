@@ -9,7 +9,7 @@ its own window (``core.spans`` says why that is safe). The engine hands a worker
 a time and learns the outcome from its results. Between tasks and while idle, the first
 worker also deletes watermark rows of finished windows (``snapshotter.engine.signal_cleanup``).
 What the engine uses of the pool is ``WorkerPool``; a simulation passes a pool of its own
-(``Engine(start_workers=...)``) that runs the same tasks without threads.
+(``EngineContext(start_workers=...)``) that runs the same tasks without threads.
 
 The ordering rules of a chunk live in ``_read_in_window``, used by both read paths (here and
 on Spark executors); each is stated where it is enforced.
