@@ -12,7 +12,7 @@ from snapshotter.app.shutdown import StopFlag, ThreadFailures
 from snapshotter.app.stream_position import check_before_streaming
 from snapshotter.config import Config
 from snapshotter.core.state import EngineState
-from snapshotter.engine import Engine, KeyCatalog
+from snapshotter.engine import Engine, EngineContext, KeyCatalog
 from snapshotter.engine.executor_reads import executor_reads
 from snapshotter.engine.state_store import StateStore, state_path
 from snapshotter.engine.workers import PhaseHooks
@@ -51,18 +51,20 @@ def build_engine(
     coverage = CoverageProbe(config, state_path(config))
     try:
         engine = Engine(
-            config=config,
-            dialect=dialect,
-            open_reader=connector.reader_opener(dialect),
-            sink=sink or sink_for(config, dialect.describe, keys.key_names),
-            store=store,
-            keys=keys,
-            hooks=hooks,
-            on_progress=on_progress,
-            # One more dialect (connection, statement guard) per extra chunk worker.
-            open_dialect=connector.open_dialect,
-            remote_reads=executor_reads(config),
-            log_coverage=coverage,
+            EngineContext(
+                config=config,
+                dialect=dialect,
+                open_reader=connector.reader_opener(dialect),
+                sink=sink or sink_for(config, dialect.describe, keys.key_names),
+                store=store,
+                keys=keys,
+                hooks=hooks,
+                on_progress=on_progress,
+                # One more dialect (connection, statement guard) per extra chunk worker.
+                open_dialect=connector.open_dialect,
+                remote_reads=executor_reads(config),
+                log_coverage=coverage,
+            )
         )
     except BaseException:
         coverage.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from snapshotter.engine.checkpointer import Checkpointer
+from snapshotter.engine.live_state import LiveState
 from snapshotter.engine.retry import SourceRetry
 from snapshotter.sources.log import LogReader
 
@@ -28,12 +29,14 @@ class CaughtUp:
         is_transient: Callable[[BaseException], bool],
         retry: SourceRetry,
         checkpoints: Checkpointer,
+        live: LiveState,
         clock: Callable[[], float],
     ) -> None:
         self._log_end = log_end
         self._is_transient = is_transient
         self._retry = retry
         self._checkpoints = checkpoints
+        self._live = live  # where the log is, and what changed since the last checkpoint
         self._clock = clock
         self._target: int | None = None  # the log end to reach
         self._covering: int | None = None  # the checkpoint that covers it (0: none needed)
@@ -57,18 +60,18 @@ class CaughtUp:
                 self._retry.failed("reading the log end", " ".join(str(exc).split()))
                 return False
             self._retry.answered()
-        checkpoints = self._checkpoints
-        if checkpoints.boundary_offset < self._target:
+        checkpoints, live = self._checkpoints, self._live
+        if live.boundary_offset < self._target:
             now = self._clock()
             if now - self._last_progress_request > PROGRESS_REQUEST_S:
                 reader.request_progress()
                 self._last_progress_request = now
             return False
         if self._covering is None:
-            if checkpoints.dirty and not checkpoints.may_checkpoint():
+            if live.changed and not checkpoints.may_checkpoint():
                 return False  # the next transaction boundary comes first
-            if checkpoints.dirty:
+            if live.changed:
                 checkpoints.checkpoint()
             self._covering = checkpoints.newest()
         checkpoints.collect_acks(reader.confirm)
-        return not checkpoints.pending(self._covering) and not checkpoints.in_txn
+        return not checkpoints.pending(self._covering) and not live.in_transaction

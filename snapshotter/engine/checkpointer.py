@@ -4,9 +4,10 @@ saved once it has.
 Checkpoints are taken only at transaction boundaries, so the state saved for an acknowledged
 checkpoint always names a point the log can restart from exactly: the sink is cut back to
 that checkpoint, and the log replays whatever followed it. The engine's loop tells the
-checkpointer where the log is (inside a transaction, or at a boundary with its resume point)
-and when something worth a checkpoint happened (``dirty``); the checkpointer keeps the state
-copy of each checkpoint until the sink acknowledges it, then saves it.
+state where the log is (inside a transaction, or at a boundary with its resume point) and
+changes progress through methods that mark what changed (``engine.live_state``); the
+checkpointer reads both, and keeps the state copy of each checkpoint until the sink
+acknowledges it, then saves it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from snapshotter.core.position import Position
 from snapshotter.core.state import EngineState, TableProgress
+from snapshotter.engine.live_state import LiveState
 from snapshotter.engine.state_store import StateStore
 from snapshotter.sinks.base import Sink, SinkBacklog
 
@@ -44,7 +46,7 @@ class Checkpointer:
     def __init__(
         self,
         *,
-        state: EngineState,
+        live: LiveState,
         sink: Sink,
         store: StateStore,
         interval_s: float,
@@ -52,7 +54,8 @@ class Checkpointer:
         clock: Callable[[], float],
         sleep: Callable[[float], None],
     ) -> None:
-        self._state = state
+        self._live = live
+        self._state = live.state
         self._sink = sink
         self._store = store
         self._interval = interval_s
@@ -64,17 +67,7 @@ class Checkpointer:
         self._last = 0.0
         self.saved_at = 0.0  # wall clock of the newest state save (0: none this run)
         self.unacked = 0  # checkpoints the sink has not acknowledged yet
-        self.dirty = False  # something worth a checkpoint happened since the last one
-        self.in_txn = False  # a transaction's changes are being handed over
-        self.boundary: Mapping[str, Any] | None = None  # resume point of the last txn end
-        self.boundary_offset = 0  # its log offset
         self.on_saved: SaveObserver | None = None
-
-    def at_boundary(self, resume: Mapping[str, Any], log_offset: int) -> None:
-        """The log is at a transaction boundary it can restart from (``resume``)."""
-        self.boundary = resume
-        self.boundary_offset = log_offset
-        self.dirty = True
 
     def due(self) -> bool:
         """The interval is up, or the sink asks for a checkpoint early (``SinkBacklog``)."""
@@ -84,10 +77,10 @@ class Checkpointer:
 
     def may_checkpoint(self) -> bool:
         """Whether a checkpoint may be taken now: at a boundary, outside a transaction."""
-        return self.boundary is not None and not self.in_txn
+        return self._live.boundary is not None and not self._live.in_transaction
 
     def maybe_checkpoint(self) -> None:
-        if self.dirty and self.may_checkpoint() and self.due():
+        if self._live.changed and self.may_checkpoint() and self.due():
             self.checkpoint()
 
     def checkpoint(self) -> None:
@@ -95,21 +88,22 @@ class Checkpointer:
 
         Only called at a transaction boundary (after a Commit or an idle Progress), so the
         state's stream position and the sink's content describe the same point."""
-        assert self.boundary is not None
+        boundary = self._live.boundary
+        assert boundary is not None
         snapshot = self._state.model_copy(deep=True)
         self._flush()
         checkpoint = self._sink.checkpoint()
         live = list(self._state.snapshots)
-        self._pending[checkpoint] = _Pending(snapshot, dict(self.boundary), live)
+        self._pending[checkpoint] = _Pending(snapshot, dict(boundary), live)
         self.unacked = len(self._pending)
         self._last = self._clock()
-        self.dirty = False
+        self._live.checkpointed()
 
     def final_checkpoint(self) -> None:
         """At shutdown: checkpoint at the last transaction boundary, if anything is new.
         Never mid-transaction: the saved state must describe a point the log can restart
         from exactly (the sink is cut back to it on the next start)."""
-        if self.dirty and self.may_checkpoint():
+        if self._live.changed and self.may_checkpoint():
             self.checkpoint()
 
     def newest(self) -> int:

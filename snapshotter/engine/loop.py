@@ -9,60 +9,43 @@ chunk SELECT; which key range each chunk reads, and what progress records, is
     log items ──► windows (drop keys) ──► sink ──(acknowledged checkpoint)──► state file
     chunk rows ─┘ (READ rows at the close watermark, before any later log event)
 
-This module holds the loop, the dispatch of log items, and the output barrier (a window's
-rows go to the sink at its close watermark, before any later log item). Its collaborators
-each hold one job: ``scheduler`` (what to read next), ``task_answers`` (what a worker's
-answer changes), ``watermarks`` (which watermark rows to act on), ``signal_actions`` (what
-a signal does), ``retry`` (source outages), ``key_catalog`` (which columns key each table's
-events), ``checkpointer`` (checkpoints and the state saved with them), ``caught_up``
-(``--until-caught-up``), ``outcome`` (the exit code).
+This module holds the loop and the dispatch of log items. Its collaborators each hold one
+job: ``window_close`` (windows from their opening to their close, and the output barrier: a
+window's rows go to the sink at its close watermark, before any later log item), with
+``scheduler`` (what to read next), ``task_answers`` (what a worker's answer changes) and
+``watermarks`` (which watermark rows to act on); ``signal_rows`` (the signal table's rows)
+with ``signal_actions`` (what a signal does); ``retry`` (source outages), ``key_catalog``
+(which columns key each table's events), ``checkpointer`` (checkpoints and the state saved
+with them), ``caught_up`` (``--until-caught-up``), ``outcome`` (the exit code).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
-from signals import SignalError, Watermark, parse_signal
 from signals.display import EscapeControls
 from signals.names import TableId
-from snapshotter.common.faults import failpoint
-from snapshotter.config import Config
-from snapshotter.core.eta import eta_note
-from snapshotter.core.events import ChangeEvent, Op
-from snapshotter.core.keys import Key
+from snapshotter.core.events import Op
 from snapshotter.core.position import Position
-from snapshotter.core.state import EngineState, SignalProblem, SnapshotStatus
-from snapshotter.core.visibility import RecentTransactions
-from snapshotter.core.window import StagedReadBatch, WindowOrderError
 from snapshotter.engine.caught_up import CaughtUp
 from snapshotter.engine.checkpointer import Checkpointer, SaveObserver
+from snapshotter.engine.context import EngineContext, KeyColumns, OpenReader
 from snapshotter.engine.key_catalog import KeyCatalog
+from snapshotter.engine.live_state import LiveState
 from snapshotter.engine.outcome import RunOutcome
-from snapshotter.engine.retry import SourceRetry, SourceUnavailableError, server_of
-from snapshotter.engine.scheduler import Flight, Scheduler, TableRun, random_window_id
-from snapshotter.engine.signal_actions import SignalActions, SignalContext
+from snapshotter.engine.retry import SourceRetry, server_of
+from snapshotter.engine.scheduler import Scheduler, TableRun
 from snapshotter.engine.signal_cleanup import WatermarkCleanup
-from snapshotter.engine.snapshot_scope import snapshot_scope
-from snapshotter.engine.start_guard import StartGuardWait
-from snapshotter.engine.state_store import StateStore
+from snapshotter.engine.signal_rows import SignalRows
 from snapshotter.engine.stats import EngineStats
-from snapshotter.engine.task_answers import TaskAnswers
-from snapshotter.engine.watchdog import LogCoverage, log_watch, waiting_for_close
-from snapshotter.engine.watermarks import WatermarkRows
+from snapshotter.engine.watchdog import log_watch, waiting_for_close
+from snapshotter.engine.window_close import Output, Windows
 from snapshotter.engine.workers import (
-    ChunkTask,
-    ChunkWorkers,
-    PhaseHooks,
-    RemoteReads,
-    StartWorkers,
     WorkerPool,
 )
-from snapshotter.sinks.base import Sink, SinkItem
-from snapshotter.sources.base import Dialect
+from snapshotter.sinks.base import Sink
 from snapshotter.sources.log import Change, Commit, LogItem, LogReader, Notice, Progress, TableShape
 
 log = logging.getLogger("snapshotter.engine")
@@ -70,9 +53,6 @@ log = logging.getLogger("snapshotter.engine")
 # that none can forge or hide a line (signals.display).
 log.addFilter(EscapeControls())
 logging.getLogger("snapshotter.chunks").addFilter(EscapeControls())
-
-KeyColumns = Callable[[TableId], Sequence[str] | None]
-OpenReader = Callable[[Mapping[str, Any], KeyColumns], LogReader]
 
 READ_TIMEOUT_S = 0.05
 REPORT_INTERVAL_S = 5.0
@@ -84,53 +64,22 @@ class EngineStop(Exception):
 
 
 class Engine:
-    def __init__(
-        self,
-        *,
-        config: Config,
-        dialect: Dialect,
-        open_reader: OpenReader,
-        sink: Sink,
-        store: StateStore,
-        hooks: PhaseHooks | None = None,
-        on_progress: Callable[[EngineState], None] | None = None,
-        retry_for: float | None = None,
-        open_dialect: Callable[[], Dialect] | None = None,
-        keys: KeyCatalog | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
-        start_workers: StartWorkers | None = None,
-        new_window_id: Callable[[], str] | None = None,
-        remote_reads: RemoteReads | None = None,
-        wall_ms: Callable[[], int] | None = None,
-        log_coverage: LogCoverage | None = None,
-    ) -> None:
-        """``keys``: the catalog the sinks ask for key names (a new one if None).
-        ``clock`` and ``sleep``: every time read and wait of the engine (a simulation passes
-        its own). ``start_workers``: builds the chunk-worker pool (the threaded
-        ``ChunkWorkers`` if None). ``new_window_id``: the ids of chunk windows (random UUIDs
-        if None); a simulation passes its own, since they reach the signal table.
-        ``wall_ms``: the epoch-ms clock of the snapshots' start times in state.
-        ``log_coverage``: what the source's log no longer carries, asked while running
-        (``engine.watchdog``); None: overdue close watermarks are only warned about."""
-        source = config.source
-        self._source = source
+    def __init__(self, context: EngineContext) -> None:
+        config, dialect, sink, store = context.config, context.dialect, context.sink, context.store
+        clock, source = context.clock, config.source
         self._dialect = dialect
-        # A dialect of its own (connection, statement guard) for each chunk worker but the
-        # first, which uses ``dialect``: needed when read_parallelism > 1.
-        self._open_dialect = open_dialect
+        # A dialect of its own for each chunk worker but the first, which uses ``dialect``.
+        self._open_dialect = context.open_dialect
         self._parallelism = source.read_parallelism
-        if self._parallelism > 1 and open_dialect is None:
+        if self._parallelism > 1 and context.open_dialect is None:
             raise ValueError("read_parallelism > 1 needs open_dialect for the other workers")
-        self._open_reader = open_reader
+        self._open_reader = context.open_reader
         self._sink = sink
         self._store = store
-        self._hooks = hooks
-        self._on_progress = on_progress
+        self._hooks = context.hooks
+        self._on_progress = context.on_progress
         self._clock = clock
-        self._sleep = sleep
-        self._wall_ms = wall_ms or _now_ms
-        self._start_workers: StartWorkers = start_workers or ChunkWorkers
+        self._start_workers = context.start_workers
         self._workers: WorkerPool  # started by ``start``
         self._reader: LogReader  # opened by ``start``
         self._signal_table = source.signal_table_id
@@ -142,43 +91,45 @@ class Engine:
         self._finish_s = min(FINISH_TRANSACTION_S, config.state.shutdown_timeout_s / 3)
         self.state = store.load()
         self.state.prune_history()  # a state file from before history was bounded
+        # Every change worth a checkpoint goes through it, marked (engine.live_state).
+        self._live = LiveState(self.state)
         self._outcome = RunOutcome()
         self._scheduler = Scheduler(
             chunk_size=source.chunk_size,
             parallelism=self._parallelism,
-            new_window_id=new_window_id or random_window_id,
-            remote=remote_reads,
+            new_window_id=context.new_window_id,
+            remote=context.remote_reads,
         )
+        keys = context.keys
         self._keys = keys if keys is not None else KeyCatalog(dialect.describe, self._signal_table)
         self._keys.remember_surrogates(self.state.snapshots)
-        self._history = RecentTransactions()
-        # Only where a chunk's snapshot can miss a transaction logged before its open
-        # watermark (PostgreSQL); MySQL commits in binlog order, so the log order suffices.
-        self._keep_history = not dialect.commits_visible_in_log_order
-        self._start_wait = StartGuardWait(clock)  # chunks that missed those open at the start
-        # Events on their way to the sink, in order; written in batches (one call per read).
-        self._out: list[SinkItem] = []
+        # Events on their way to the sink, in order (the output barrier: window_close).
+        self._output = Output(sink)
         self._saved_position = (
             Position.from_token(self.state.stream.position) if self.state.stream.position else None
         )
         self._checkpoints = Checkpointer(
-            state=self.state,
+            live=self._live,
             sink=sink,
             store=store,
             interval_s=config.state.checkpoint_interval_ms / 1000,
-            flush=self._flush_out,
+            flush=self._output.flush,
             clock=clock,
-            sleep=sleep,
+            sleep=context.sleep,
         )
         # Transient source failures of the snapshot side (engine.retry).
         self._retry = SourceRetry(
-            server=server_of(source.url), retry_for=retry_for, clock=clock, sleep=sleep
+            server=server_of(source.url),
+            retry_for=context.retry_for,
+            clock=clock,
+            sleep=context.sleep,
         )
         self._caught_up = CaughtUp(
             log_end=lambda: self._dialect.log_end(),
             is_transient=lambda exc: self._dialect.is_transient(exc),
             retry=self._retry,
             checkpoints=self._checkpoints,
+            live=self._live,
             clock=clock,
         )
         # Deletes the watermark rows of windows that are over (signal_cleanup).
@@ -187,28 +138,35 @@ class Engine:
             if source.signal_cleanup
             else None
         )
-        self._answers = TaskAnswers(
-            state=self.state,
+        self.stats = EngineStats()
+        self._signals = SignalRows(
+            config=config,
+            live=self._live,
+            dialect=dialect,
+            retry=self._retry,
+            scheduler=self._scheduler,
+            outcome=self._outcome,
+            stats=self.stats,
+            cancel_tasks=lambda matches: self._workers.cancel(matches),
+            snapshots_added=self._refresh_unfinished_keys,
+        )
+        self._windows = Windows(
+            live=self._live,
             scheduler=self._scheduler,
             keys=self._keys,
+            dialect=dialect,
             retry=self._retry,
-            checkpoints=self._checkpoints,
-            row_converter=lambda schema: self._dialect.row_converter(schema),
+            cleanup=self._cleanup,
+            output=self._output,
             fail=self._fail,
-            window_over=self._window_over,
-            now_ms=self._wall_ms,
-        )
-        self._watermarks = WatermarkRows(
-            state=self.state,
-            scheduler=self._scheduler,
-            problem=self._problem,
-            fail=self._fail,
-            window_over=self._window_over,
+            problem=self._signals.problem,
             signal_table=self._signal_table,
+            stats=self.stats,
+            clock=clock,
+            wall_ms=context.wall_ms,
+            on_progress=context.on_progress,
         )
-        self._actions = SignalActions.default(self._signal_context())
-        self.stats = EngineStats()
-        self._watch = log_watch(log_coverage, source.chunk_timeout_s)
+        self._watch = log_watch(context.log_coverage, source.chunk_timeout_s)
 
     @property
     def keys(self) -> KeyCatalog:
@@ -233,29 +191,6 @@ class Engine:
         """The table of each chunk window held now (being read, or waiting for its close
         watermark); a copy, so observers may read it from another thread."""
         return [flight.task.table for flight in self._scheduler.flights()]
-
-    def _signal_context(self) -> SignalContext:
-        """What the signal actions may read and do."""
-        scope = snapshot_scope(self._source, self._own_tables)
-        return SignalContext(
-            state=self.state,
-            outcome=self._outcome,
-            problem=self._problem,
-            list_tables=lambda: self._retry.wait_out(
-                "listing tables for execute-snapshot",
-                self._dialect.list_tables,
-                self._dialect.is_transient,
-            ),
-            relation_kinds=self._relation_kinds,
-            drop_run=self._scheduler.drop_run,
-            cancel_tasks=lambda matches: self._workers.cancel(matches),
-            snapshots_added=self._refresh_unfinished_keys,
-            captured=scope.captured,
-            captured_text=scope.captured_text,
-            signal_table=scope.signal_table,
-            default_schema=scope.default_schema,
-            own_tables=scope.own_tables,
-        )
 
     # ---------------------------------------------------------------- running
 
@@ -294,27 +229,22 @@ class Engine:
         start), take up unfinished snapshots, open the log reader, start the chunk workers.
         Returns the reader, for ``step``."""
         self._sink.open(self.state.sink or None)
+        reader: LogReader | None = None
         try:
             if not self.state.sink:
                 self._checkpoints.save_first()
             self._resume_unfinished()
             self._refresh_unfinished_keys()
             reader = self._open_reader(self.state.stream.resume, self._keys.primary_key)
-        except BaseException:
-            # Nothing was written: release the sink (its threads, a Spark session) and go.
-            with contextlib.suppress(Exception):
-                self._sink.close()
-            self._dialect.close()
-            self._watch.close()
-            raise
-        try:
             # Rule 4 across restarts: asked before any chunk is read, once the reader has
             # opened (so an unreachable source is the reader's prompt error, not a wait).
-            if self._keep_history:
-                self._history_from_start()
+            self._windows.history_from_start()
         except BaseException:
-            with contextlib.suppress(Exception):
-                reader.close()
+            # Nothing was written: release the reader, the sink (its threads, a Spark
+            # session) and the dialect, and go.
+            if reader is not None:
+                with contextlib.suppress(Exception):
+                    reader.close()
             with contextlib.suppress(Exception):
                 self._sink.close()
             self._dialect.close()
@@ -334,6 +264,7 @@ class Engine:
             else []
         )
         self._workers = self._start_workers([self._dialect, *extra], self._hooks, self._cleanup)
+        self._windows.started(self._workers)
         return reader
 
     def step(self, reader: LogReader, *, until_caught_up: bool = False) -> bool:
@@ -343,11 +274,10 @@ class Engine:
         whether the engine is caught up (``run`` then stops); else False."""
         for item in reader.read(READ_TIMEOUT_S):
             self._handle(item)
-        self._flush_out()
+        self._output.flush()
         self._refresh_unfinished_keys()
-        for result in self._workers.poll():
-            self._answers.answered(result)
-        self._schedule()
+        self._windows.take_answers()
+        self._windows.schedule()
         # Stops the engine (LogCoverageError) when the log no longer carries what it needs.
         self._watch.poll(self._clock(), waiting_for_close(self._scheduler.flights()))
         self._checkpoints.maybe_checkpoint()
@@ -361,7 +291,7 @@ class Engine:
         falls on a boundary (the rest of it is already on its way: the log sends committed
         transactions only)."""
         deadline = self._clock() + timeout
-        while self._checkpoints.in_txn and self._clock() < deadline:
+        while self._live.in_transaction and self._clock() < deadline:
             for item in self._reader.read(READ_TIMEOUT_S):
                 self._handle(item)
 
@@ -401,21 +331,6 @@ class Engine:
                     progress.last_read_key,
                 )
 
-    def _history_from_start(self) -> None:
-        """Transactions open now may have committed before the log's resume point and still
-        be invisible: a chunk that misses one is read again (core.visibility), after a wait
-        (engine.start_guard)."""
-        dialect = self._dialect
-        what = "asking which transactions are open"
-        asked = self._retry.wait_out(what, dialect.unfinished_xids, dialect.is_transient)
-        if asked is not None:
-            self._history.started(asked)
-
-    def _flush_out(self) -> None:
-        if self._out:
-            self._sink.write(self._out)
-            self._out = []
-
     def _collect_acks(self) -> None:
         self._checkpoints.collect_acks(self._reader.confirm)
 
@@ -453,47 +368,40 @@ class Engine:
         event = change.event
         if event.table in self._own_tables:
             return
-        self._checkpoints.in_txn = True
-        if event.table != self._signal_table and self._keep_history:
+        self._live.transaction_began()
+        if event.table != self._signal_table:
             # Always, replayed changes included: a chunk's snapshot may miss a transaction
             # logged long before its open watermark (core.visibility).
-            self._history.touch(change.xid, event.table, self._keys.window_keys(event))
+            self._windows.logged(change)
         if self._replayed(event.position):
             return
         if event.table == self._signal_table:
             if event.op is Op.CREATE and event.after is not None:
-                self._on_signal_row(event)
+                watermark = self._signals.arrived(event)
+                if watermark is not None:
+                    self._windows.watermark(watermark, event)
             return
-        for flight in self._scheduler.flights_of(event.table):
-            try:
-                flight.task.window.observe(event)
-            except ValueError as exc:  # WindowKeyError: the log's key does not fit the chunk's
-                progress = self.state.progress(event.table)
-                if progress is not None:
-                    self._fail(self._scheduler.run_of(progress), str(exc))
-        self._out.append(self._keys.rekeyed(event))
+        self._windows.in_windows(event)
+        self._output.append(self._keys.rekeyed(event))
         self.stats.log_changes += 1
 
     def _on_commit(self, commit: Commit) -> None:
-        self._checkpoints.in_txn = False
-        self._history.commit(commit.xid, commit.position)
+        self._live.transaction_ended()
+        self._windows.committed(commit)
         if self._replayed(commit.position):
             return
         self.stats.commit_seen(commit.ts_ms)
-        self._checkpoints.at_boundary(commit.resume, commit.log_offset)
-        self.state.stream.position = commit.position.token
-        self.state.stream.resume = dict(commit.resume)
+        self._live.at_boundary(commit.resume, commit.log_offset, commit.position)
         if self._checkpoints.due():
             self._checkpoints.checkpoint()
 
     def _on_log_progress(self, progress: Progress) -> None:
-        self._checkpoints.in_txn = False
-        if progress.log_offset <= self._checkpoints.boundary_offset:
+        self._live.transaction_ended()
+        if progress.log_offset <= self._live.boundary_offset:
             return
         # Idle log (or traffic only in tables we do not capture): move the restart point on,
         # so the slot is confirmed and the database can free WAL.
-        self._checkpoints.at_boundary(progress.resume, progress.log_offset)
-        self.state.stream.resume = dict(progress.resume)
+        self._live.at_boundary(progress.resume, progress.log_offset)
 
     def _on_shape(self, shape: TableShape) -> None:
         previous = self._keys.shape_seen(shape)
@@ -513,197 +421,13 @@ class Engine:
         if previous is not None and previous.columns != shape.columns:
             log.info("%s: columns changed in the log", shape.table)
 
-    # ---------------------------------------------------------------- signal rows
-
-    def _on_signal_row(self, event: ChangeEvent) -> None:
-        row = event.after or {}
-        signal = parse_signal(
-            row.get("id"),
-            row.get("type"),
-            row.get("data"),
-            dollar_quotes=self._dialect.dollar_quotes,
-        )
-        if isinstance(signal, Watermark):
-            self._on_watermark(signal, event)
-            return
-        if isinstance(signal, SignalError):
-            self._problem(signal.signal_id, signal.signal_type, signal.problem, event.position)
-            return
-        if self.state.was_processed(signal.id, event.position):
-            return
-        self.state.mark_processed(signal.id, event.position)
-        self._checkpoints.dirty = True
-        log.info("signal %s (%s) received", signal.id, signal.type.value)
-        try:
-            self._actions.dispatch(signal, event.position)
-        except SourceUnavailableError:
-            raise  # the engine stops with state saved; the signal is read again on resume
-        except Exception as exc:
-            # A bug met by one signal must not end the stream: the same row would be read
-            # again, and end it again, after every restart.
-            log.exception("signal %s could not be handled", signal.id)
-            self._problem(signal.id, signal.type.value, f"internal error: {exc!r}", event.position)
-
-    def _problem(
-        self,
-        signal_id: str,
-        kind: str,
-        message: str,
-        position: Position,
-        level: int = logging.ERROR,
-    ) -> None:
-        """A signal the engine cannot act on (fully or in part): logged and kept in state for
-        ``status``; the stream goes on."""
-        log.log(level, "signal %s (%s): %s", signal_id, kind, message)
-        self.stats.errors["signal"] += 1
-        self.state.add_problem(
-            SignalProblem(
-                signal_id=signal_id, signal_type=kind, message=message, position=position.token
-            )
-        )
-        self._checkpoints.dirty = True
-
-    def _relation_kinds(self, tables: Sequence[TableId]) -> Mapping[TableId, str]:
-        """Why names the listing lacks are not tables (a view, ...): only for the message,
-        so a failure here leaves the plain "does not exist"."""
-        try:
-            return self._dialect.relation_kinds(tables)
-        except Exception:
-            log.debug("could not look up the kinds of %d relations", len(tables), exc_info=True)
-            return {}
-
-    # ---------------------------------------------------------------- tasks
-
-    def _schedule(self) -> None:
-        """Give idle workers their next tasks: start the active table, or read its next
-        spans (several at once with read_parallelism > 1, each in its own window)."""
-        if self._retry.waiting() or self._start_wait.holding():
-            return
-        while self._workers.idle:
-            task = self._scheduler.next_task(self.state.active())
-            if task is None:
-                return
-            if isinstance(task, ChunkTask) and self._cleanup is not None:
-                self._cleanup.opened(task.window.window_id)
-            self._workers.submit(task)
+    # ---------------------------------------------------------------- snapshots
 
     def _fail(self, run: TableRun, error: str) -> None:
-        if not run.progress.status.finished:
-            run.progress.fail(error)
+        if self._live.snapshot_failed(run.progress, error):
             self.stats.errors["snapshot"] += 1
-        self._checkpoints.dirty = True
         self._scheduler.drop_run(run.progress)
         log.error("snapshot of %s failed: %s", run.progress.table, error)
-
-    # ---------------------------------------------------------------- windows
-
-    def _window_over(self, window_id: str) -> None:
-        """The window's watermark rows may go from the signal table: nothing needs them
-        (the engine sees watermarks in the log, never in the table; signal_cleanup)."""
-        if self._cleanup is not None:
-            self._cleanup.finished(window_id)
-
-    def _on_watermark(self, watermark: Watermark, event: ChangeEvent) -> None:
-        flight = self._watermarks.arrived(watermark, event.position)
-        if flight is not None:  # the window's own close row
-            self._close(flight, event)
-            # Both rows of the window are in the log now (the open committed first).
-            self._window_over(watermark.window_id)
-
-    def _close(self, flight: Flight, event: ChangeEvent) -> None:
-        task, window = flight.task, flight.task.window
-        progress = self.state.progress(task.table)
-        self._scheduler.closing(window.window_id)
-        if progress is None or progress.signal_id != task.signal_id or progress.status.finished:
-            return
-        run = self._scheduler.run_of(progress)
-        self._scheduler.leave(run, window.window_id)
-        stale: set[Key] | None = None
-        if window.visibility is not None and window.opened_at is not None:
-            # Rule 4 (PostgreSQL): transactions logged before the open watermark that the
-            # chunk's snapshot did not see made some chunk rows stale: drop those keys.
-            stale = self._history.stale_keys(task.table, window.visibility, window.opened_at)
-            missed = [] if stale is not None else self._history.missed_at_start(window.visibility)
-            # Forget only what every snapshot that can still ask sees: with parallel reads a
-            # window that read earlier (an older snapshot) may close after this one, and the
-            # snapshot of a window still reading is not known yet (nothing goes until then).
-            others = [f.task.window for f in self._scheduler.flights()]
-            if all(w.filled for w in others):
-                self._history.prune(
-                    window.visibility, *(w.visibility for w in others if w.visibility is not None)
-                )
-            if stale is None:
-                self._start_wait.read_again(task.table, task.number, missed)
-                self._scheduler.read_again(run, window.window_id)
-                return
-            self._start_wait.passed()
-        try:
-            if stale:
-                window.drop(stale)
-            batch = window.close(event.position)
-        except (ValueError, WindowOrderError) as exc:  # WindowKeyError: log keys that do not
-            # fit the chunk's; an ordering error (a bug): that snapshot fails, not the engine
-            self._fail(run, str(exc))
-            return
-        # Keep the workers busy: hand them the next chunks before building this one's events.
-        # (This also takes in the span's bound or read answer, if the log was faster: both
-        # were sent before the close watermark was written.)
-        for result in self._workers.poll():
-            self._answers.answered(result)
-        if progress.status.finished:
-            return  # the next chunk's failure (or a stop) just ended this snapshot
-        self._schedule()
-        failpoint("window.close")
-        # Rule 5: the close watermark is an output barrier: the survivors go to the sink now,
-        # before the engine handles any log item after the watermark.
-        self._out.append(batch.stamped(event.source, _now_ms(), run.convert))
-        assert run.plan is not None
-        # Progress moves over the spans at the head of the plan whose batches are all out
-        # (core.spans, 6.): none, when an earlier span is still being read.
-        for done in run.plan.closed(
-            window.window_id,
-            selected=batch.selected,
-            emitted=len(batch),
-            last_key=batch.last_key,
-            covered=batch.staged.covered if isinstance(batch, StagedReadBatch) else None,
-        ):
-            progress.chunk_done(
-                last_key=done.last_key,
-                selected=done.selected,
-                emitted=done.emitted,
-                chunk_size=task.limit,
-                final=done.final,
-            )
-        self._checkpoints.dirty = True
-        self.stats.chunks_closed += 1
-        log.debug(
-            "chunk %d of %s: close watermark seen, %d emitted, %d dropped by the log",
-            task.number,
-            task.table,
-            len(batch),
-            batch.dropped,
-        )
-        now = self._clock()
-        if now - run.reported >= REPORT_INTERVAL_S and progress.status is not SnapshotStatus.DONE:
-            run.reported = now
-            log.info(
-                "snapshot of %s: %d chunks, %d rows, next after key %s%s",
-                task.table,
-                progress.chunk_id,
-                progress.rows_emitted,
-                progress.last_read_key,
-                eta_note(progress, self._wall_ms()),
-            )
-        if progress.status is SnapshotStatus.DONE:
-            log.info(
-                "snapshot of %s done: %d rows in %d chunks",
-                task.table,
-                progress.rows_emitted,
-                progress.chunk_id,
-            )
-            self._scheduler.drop_run(progress)
-        if self._on_progress is not None:
-            self._on_progress(self.state)
 
 
 def _shape_change(old: Sequence[tuple[str, int]], new: Sequence[tuple[str, int]]) -> str:
@@ -720,8 +444,4 @@ def _shape_change(old: Sequence[tuple[str, int]], new: Sequence[tuple[str, int]]
     return "; ".join(parts)
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-__all__ = ["Engine", "EngineStop", "KeyColumns", "OpenReader"]
+__all__ = ["Engine", "EngineContext", "EngineStop", "KeyColumns", "OpenReader"]

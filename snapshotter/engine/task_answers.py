@@ -18,11 +18,12 @@ from collections.abc import Callable
 from typing import Any
 
 from snapshotter.core.spans import SpanRead
-from snapshotter.core.state import EngineState, SnapshotStatus
-from snapshotter.engine.checkpointer import Checkpointer
+from snapshotter.core.state import SnapshotStatus
 from snapshotter.engine.key_catalog import KeyCatalog
+from snapshotter.engine.live_state import LiveState
 from snapshotter.engine.retry import SourceRetry
 from snapshotter.engine.scheduler import Scheduler, TableRun
+from snapshotter.engine.signal_cleanup import WatermarkCleanup
 from snapshotter.engine.workers import (
     ChunkBounded,
     ChunkRead,
@@ -44,30 +45,33 @@ class TaskAnswers:
     def __init__(
         self,
         *,
-        state: EngineState,
+        live: LiveState,
         scheduler: Scheduler,
         keys: KeyCatalog,
         retry: SourceRetry,
-        checkpoints: Checkpointer,
         row_converter: Callable[[TableSchema], RowConverter | None],
         fail: Fail,
-        window_over: Callable[[str], None],
+        cleanup: WatermarkCleanup | None,
         now_ms: Callable[[], int],
     ) -> None:
-        self._state = state
+        self._live = live
+        self._state = live.state
         self._scheduler = scheduler
         self._keys = keys
         self._retry = retry
-        self._checkpoints = checkpoints
         self._row_converter = row_converter
         self._fail = fail
-        self._window_over = window_over  # its watermark rows may go (signal_cleanup)
+        self._cleanup = cleanup  # deletes the watermark rows of windows that are over
         self._now_ms = now_ms  # wall clock, epoch ms (a snapshot's start time in state)
 
     def answered(self, result: Result) -> None:
         task = result.task
-        if isinstance(result, TaskFailed) and isinstance(task, ChunkTask):
-            self._window_over(task.window.window_id)  # never continued: a new window re-reads
+        if (
+            isinstance(result, TaskFailed)
+            and isinstance(task, ChunkTask)
+            and self._cleanup is not None
+        ):
+            self._cleanup.finished(task.window.window_id)  # never continued: a new window re-reads
         if not isinstance(result, TaskFailed):
             self._retry.answered()
         progress = self._state.progress(task.table)
@@ -126,13 +130,14 @@ class TaskAnswers:
             self._scheduler.drop_run(progress)
             return
         if progress.status is SnapshotStatus.PENDING:
-            progress.key_columns = list(result.key_columns)
-            # For progress and ETA (core.eta): with a filter, an upper bound of what it reads.
-            progress.estimated_rows = result.estimated_rows
-            progress.started_ms = self._now_ms()
-            progress.start(result.max_key)
+            self._live.snapshot_started(
+                progress,
+                key_columns=result.key_columns,
+                max_key=result.max_key,
+                estimated_rows=result.estimated_rows,
+                started_ms=self._now_ms(),
+            )
             self._keys.refresh_unfinished(self._state.snapshots)
-            self._checkpoints.dirty = True
             done = progress.status.finished  # an empty table is done at once
             log.info(
                 "snapshot of %s started: key %s, maximum key %s, estimated rows %s",

@@ -20,6 +20,7 @@ from snapshotter.core.position import Position
 from snapshotter.core.state import EngineState
 from snapshotter.core.window import Verdict
 from snapshotter.engine.scheduler import Flight, Scheduler, TableRun
+from snapshotter.engine.signal_cleanup import WatermarkCleanup
 
 log = logging.getLogger("snapshotter.engine")
 
@@ -41,14 +42,14 @@ class WatermarkRows:
         scheduler: Scheduler,
         problem: Problem,
         fail: Fail,
-        window_over: Callable[[str], None],
+        cleanup: WatermarkCleanup | None,
         signal_table: TableId,
     ) -> None:
         self._state = state
         self._scheduler = scheduler
         self._problem = problem
         self._fail = fail
-        self._window_over = window_over  # its watermark rows may go (signal_cleanup)
+        self._cleanup = cleanup  # deletes the watermark rows of windows that are over
         self._signal_table = signal_table
         # Watermark rows that were not the engine's own, and cost a window, per table
         # snapshot (signal id + table): past FORGED_WINDOWS_MAX the snapshot fails.
@@ -62,8 +63,8 @@ class WatermarkRows:
         flight = self._scheduler.flight(watermark.window_id)
         if flight is None:
             self._unknown_window(watermark)
-            if watermark.kind is WatermarkKind.CLOSE:
-                self._window_over(watermark.window_id)  # of a stopped snapshot, a failed task
+            if watermark.kind is WatermarkKind.CLOSE and self._cleanup is not None:
+                self._cleanup.finished(watermark.window_id)  # of a stopped snapshot, a failed task
             return None
         window = flight.task.window
         verdict, why = window.judge(watermark)

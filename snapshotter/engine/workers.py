@@ -9,9 +9,10 @@ its own window (``core.spans`` says why that is safe). The engine hands a worker
 a time and learns the outcome from its results. Between tasks and while idle, the first
 worker also deletes watermark rows of finished windows (``snapshotter.engine.signal_cleanup``).
 What the engine uses of the pool is ``WorkerPool``; a simulation passes a pool of its own
-(``Engine(start_workers=...)``) that runs the same tasks without threads.
+(``EngineContext(start_workers=...)``) that runs the same tasks without threads.
 
-The ordering rules of a chunk live in ``_read_chunk``; each is stated where it is enforced.
+The ordering rules of a chunk live in ``_read_in_window``, used by both read paths (here and
+on Spark executors); each is stated where it is enforced.
 Tests run SQL between the steps through ``PhaseHooks`` (on whichever worker reads the chunk).
 """
 
@@ -360,31 +361,18 @@ def _read_chunk(
         send(ChunkBounded(task, upto, final))
     if task.remote is not None:
         return _read_remote(dialect, hooks, task, upto, task.remote)
-    # Rule 1: the window was registered by the engine before this task was submitted, so
-    # its id is known before the open watermark exists; the log reader can never see a
-    # watermark the engine cannot place.
-    _run(hooks.before_open, task)
-    dialect.write_watermark(window.watermark(WatermarkKind.OPEN))
-    failpoint("watermark.open")
-    _run(hooks.after_open, task)
-    # Rule 2: the chunk SELECT runs in its own READ ONLY transaction, begun after the open
-    # watermark committed (write_watermark returned) and ended before the close watermark
-    # is written (read_chunk returns after COMMIT).
-    chunk = dialect.read_chunk(
-        ChunkSpec(
-            task.schema, window.key_columns, task.after, upto, task.condition, task.read_limit
+
+    def read() -> ChunkRead:
+        # The chunk SELECT in its own READ ONLY transaction: read_chunk returns after COMMIT.
+        chunk = dialect.read_chunk(
+            ChunkSpec(
+                task.schema, window.key_columns, task.after, upto, task.condition, task.read_limit
+            )
         )
-    )
-    # Rule 3: the buffer is complete before the close watermark is written. The engine
-    # can only see the close watermark after that write commits, so it always finds the
-    # rows in the window (fill refuses rows for a window that already closed).
-    window.fill(chunk.rows, chunk.visibility)
-    _run(hooks.after_read, task)
-    # With the window's secret token: a close row without it is not the engine's own
-    # (core.window: forged watermark rows).
-    dialect.write_watermark(window.watermark(WatermarkKind.CLOSE))
-    _run(hooks.after_close, task)
-    return ChunkRead(task, chunk.rows.num_rows, chunk.last_key, chunk.visibility)
+        window.fill(chunk.rows, chunk.visibility)
+        return ChunkRead(task, chunk.rows.num_rows, chunk.last_key, chunk.visibility)
+
+    return _read_in_window(dialect, hooks, task, read)
 
 
 def _read_remote(
@@ -394,8 +382,7 @@ def _read_remote(
     sub-ranges of about ``limit / remote.tasks`` rows each (bounds found on the key's index,
     before the open watermark: bounds are key values, so the sub-ranges partition the range
     whatever changes meanwhile, as spans do, core.spans 1.), then read at once by the remote
-    readers between the watermarks. The same rules as ``_read_chunk``; every sub-range read
-    begins after the open watermark committed and has ended when ``remote.read`` returns."""
+    readers between the watermarks (``_read_in_window``: the same rules as ``_read_chunk``)."""
     window = task.window
     each = max(1, task.limit // remote.tasks)
     ranges: list[tuple[Key | None, Key]] = []
@@ -409,30 +396,55 @@ def _read_remote(
         ranges.append((after, bound))
         after = bound
     ranges.append((after, upto))
-    _run(hooks.before_open, task)  # Rule 1, as in _read_chunk
-    dialect.write_watermark(window.watermark(WatermarkKind.OPEN))
-    failpoint("watermark.open")
-    _run(hooks.after_open, task)
-    # Rule 2: each sub-range in its own READ ONLY transaction on a remote reader, begun
-    # after the open watermark committed, ended before read returns.
     spec = ChunkSpec(
         task.schema, window.key_columns, task.after, upto, task.condition, range_read_limit(each)
     )
-    try:
-        chunk = remote.read(spec, ranges, window.window_id)
-    except Exception as exc:
-        raise RemoteReadFailed(
-            f"reading {len(ranges)} sub-ranges of {task.table} on Spark executors failed "
-            f"(after Spark's own task retries): {_cause_line(exc)}; the executors need "
-            "snapshotter installed in their Python (spark.pyspark.python) and the source "
-            "reachable from them"
-        ) from exc
-    # Rule 3: the window knows its rows (where they are) before the close watermark.
-    window.fill_staged(chunk.staged, chunk.visibility)
+
+    def read() -> ChunkRead:
+        # Each sub-range in its own READ ONLY transaction on a remote reader, ended before
+        # remote.read returns; the window then knows its rows (where they are staged).
+        try:
+            chunk = remote.read(spec, ranges, window.window_id)
+        except Exception as exc:
+            raise RemoteReadFailed(
+                f"reading {len(ranges)} sub-ranges of {task.table} on Spark executors failed "
+                f"(after Spark's own task retries): {_cause_line(exc)}; the executors need "
+                "snapshotter installed in their Python (spark.pyspark.python) and the source "
+                "reachable from them"
+            ) from exc
+        window.fill_staged(chunk.staged, chunk.visibility)
+        return ChunkRead(task, chunk.staged.selected, chunk.staged.last_key, chunk.visibility)
+
+    return _read_in_window(dialect, hooks, task, read)
+
+
+def _read_in_window(
+    dialect: Dialect, hooks: PhaseHooks, task: ChunkTask, read: Callable[[], ChunkRead]
+) -> ChunkRead:
+    """The ordering rules of a chunk's window, for both read paths (``_read_chunk`` here,
+    ``_read_remote`` elsewhere): ``read`` runs the chunk's reads and fills the window with
+    their rows, between the open and the close watermark."""
+    window = task.window
+    # Rule 1: the window was registered by the engine before this task was submitted, so
+    # its id is known before the open watermark exists; the log reader can never see a
+    # watermark the engine cannot place.
+    _run(hooks.before_open, task)
+    dialect.write_watermark(window.watermark(WatermarkKind.OPEN))
+    failpoint("watermark.open")
+    _run(hooks.after_open, task)
+    # Rule 2: every read of the chunk runs in a READ ONLY transaction of its own, begun after
+    # the open watermark committed (write_watermark returned) and ended when ``read``
+    # returns, before the close watermark is written.
+    # Rule 3: ``read`` fills the window, so the buffer is complete before the close watermark
+    # is written. The engine can only see the close watermark after that write commits, so
+    # it always finds the rows in the window (fill refuses rows for a window already closed).
+    answer = read()
     _run(hooks.after_read, task)
+    # With the window's secret token: a close row without it is not the engine's own
+    # (core.window: forged watermark rows).
     dialect.write_watermark(window.watermark(WatermarkKind.CLOSE))
     _run(hooks.after_close, task)
-    return ChunkRead(task, chunk.staged.selected, chunk.staged.last_key, chunk.visibility)
+    return answer
 
 
 class WorkerPool(Protocol):

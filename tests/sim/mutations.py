@@ -23,8 +23,13 @@ caught only when a seed fails on one of them, never when the engine merely raise
   not only over the contiguous prefix of them.
 * ``resume-from-start`` (core/spans.py): a resumed snapshot pages from the table's start
   instead of from its last durable key (rows read twice, for nothing).
-* ``output-barrier`` (engine/loop.py, rule 5): READ batches are handed to the sink after the log
-  events that followed their close watermark in the same read.
+* ``output-barrier`` (engine/window_close.py, rule 5): READ batches are handed to the sink after
+  the log events that followed their close watermark in the same read (``Output.flush``).
+* ``barrier-ahead`` (engine/window_close.py, rule 5): a READ batch joins the events on their
+  way to the sink ahead of the log events before its close watermark (``Output.append``).
+* ``read-before-open`` (engine/workers.py, rule 2): the in-window read rules of both read
+  paths (``_read_in_window``) run the chunk's read before the open watermark is written, so
+  a transaction that commits in between is neither seen by the read nor in the window.
 """
 
 from __future__ import annotations
@@ -37,10 +42,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from signals.model import WatermarkKind
 from snapshotter.core.spans import SpanDone, SpanPlan
 from snapshotter.core.visibility import OpenTransaction, RecentTransactions
 from snapshotter.core.window import ChunkWindow, ReadBatch
-from snapshotter.engine import Engine
+from snapshotter.engine import workers
+from snapshotter.engine.window_close import Output
 from tests.sim.errors import Property
 from tests.sim.harness import SeedFailed, simulate
 
@@ -50,6 +57,9 @@ if TYPE_CHECKING:  # the annotations, spelled as the originals spell them
     from snapshotter.core.keys import Key
     from snapshotter.core.position import Position
     from snapshotter.core.visibility import OpenAtStart, ReadVisibility
+    from snapshotter.engine.workers import ChunkRead, ChunkTask, PhaseHooks
+    from snapshotter.sinks.base import SinkItem
+    from snapshotter.sources.base import Dialect
 
 
 def _no_window_drops(self, event: ChangeEvent) -> list[Key]:
@@ -115,11 +125,39 @@ def _plan_from_start(
 
 
 def _reads_after_log_events(self) -> None:
-    out = self._out
-    if out:
-        logged = [i for i in out if not isinstance(i, ReadBatch)]
-        self._sink.write(logged + [i for i in out if isinstance(i, ReadBatch)])
-        self._out = []
+    items = self._items
+    if items:
+        logged = [i for i in items if not isinstance(i, ReadBatch)]
+        self._sink.write(logged + [i for i in items if isinstance(i, ReadBatch)])
+        self._items = []
+
+
+def _reads_ahead_of_log_events(self, item: SinkItem) -> None:
+    if isinstance(item, ReadBatch):
+        # The mutation: before the log events still waiting, not after them.
+        waiting = [i for i in self._items if not isinstance(i, ReadBatch)]
+        self._items = [i for i in self._items if isinstance(i, ReadBatch)] + [item] + waiting
+    else:
+        self._items.append(item)
+
+
+def run_hook(hook: Callable[[ChunkTask], None] | None, task: ChunkTask) -> None:
+    if hook is not None:
+        hook(task)
+
+
+def _read_before_open(
+    dialect: Dialect, hooks: PhaseHooks, task: ChunkTask, read: Callable[[], ChunkRead]
+) -> ChunkRead:
+    window = task.window
+    run_hook(hooks.before_open, task)
+    answer = read()  # the mutation: the chunk's read before the open watermark
+    run_hook(hooks.after_open, task)  # writers may commit here, after the read's snapshot
+    dialect.write_watermark(window.watermark(WatermarkKind.OPEN))
+    run_hook(hooks.after_read, task)
+    dialect.write_watermark(window.watermark(WatermarkKind.CLOSE))
+    run_hook(hooks.after_close, task)
+    return answer
 
 
 @dataclass(frozen=True)
@@ -189,11 +227,28 @@ MUTATIONS = {
         ),
         _mutation(
             "output-barrier",
-            Engine,
-            "_flush_out",
+            Output,
+            "flush",
             _reads_after_log_events,
             Property.POSITIONS_BACKWARDS,
             Property.OUTPUT_NOT_TABLE,
+        ),
+        _mutation(
+            "barrier-ahead",
+            Output,
+            "append",
+            _reads_ahead_of_log_events,
+            # A READ row ahead of an older event of its key in the output.
+            Property.POSITIONS_BACKWARDS,
+            Property.OUTPUT_NOT_TABLE,
+        ),
+        _mutation(
+            "read-before-open",
+            workers,
+            "_read_in_window",
+            _read_before_open,
+            # A READ row older than the log's row at the close watermark.
+            Property.STALE_READ,
         ),
     )
 }

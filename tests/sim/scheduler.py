@@ -30,7 +30,7 @@ from signals import ExecuteSnapshot, ResumeSnapshot, to_row
 from signals.model import Signal
 from snapshotter.config import Config
 from snapshotter.core.state import EngineState, SnapshotStatus
-from snapshotter.engine import Engine, SourceUnavailableError
+from snapshotter.engine import Engine, EngineContext, SourceUnavailableError
 from snapshotter.engine.signal_cleanup import WatermarkCleanup
 from snapshotter.engine.workers import PhaseHooks, Task, WorkerPool
 from snapshotter.sources.base import Dialect
@@ -231,17 +231,19 @@ class World:
         self.sink = SimSink(self, self.output)
         self.until_caught_up = self.final or self.chance(0.3)
         engine = Engine(
-            config=self.config,
-            dialect=SimDialect(self, 0),
-            open_reader=self._open_reader,
-            sink=self.sink,
-            store=self.store,
-            open_dialect=self._open_dialect,
-            clock=self.clock,
-            sleep=self.wait,
-            start_workers=self._start_workers,
-            new_window_id=self._window_id,
-            wall_ms=lambda: round(self.clock() * 1000),  # no wall clock: seeds replay exactly
+            EngineContext(
+                config=self.config,
+                dialect=SimDialect(self, 0),
+                open_reader=self._open_reader,
+                sink=self.sink,
+                store=self.store,
+                open_dialect=self._open_dialect,
+                clock=self.clock,
+                sleep=self.wait,
+                start_workers=self._start_workers,
+                new_window_id=self._window_id,
+                wall_ms=lambda: round(self.clock() * 1000),  # no wall clock: seeds replay exactly
+            )
         )
         self.engine = engine
         kept = int(engine.state.sink.get("offset", 0))

@@ -22,7 +22,7 @@ from snapshotter.core.keys import Key
 from snapshotter.core.position import Position
 from snapshotter.core.state import SnapshotStatus
 from snapshotter.core.window import ReadBatch
-from snapshotter.engine import Engine, KeyCatalog
+from snapshotter.engine import Engine, EngineContext, KeyCatalog
 from snapshotter.engine.signal_cleanup import WatermarkCleanup
 from snapshotter.engine.state_store import StateStore
 from snapshotter.engine.workers import PhaseHooks, Result, Task, run_task
@@ -269,16 +269,18 @@ class Setup:
             return pool
 
         self.engine = Engine(
-            config=cfg,
-            dialect=self.dialect,  # type: ignore[arg-type]  # what the engine calls only
-            open_reader=open_reader,
-            sink=sink,
-            store=self.store,
-            keys=self.keys,
-            clock=self.clock,
-            sleep=self.clock.sleep,
-            start_workers=start_workers,
-            wall_ms=lambda: WALL + round(self.clock.now * 1000),
+            EngineContext(
+                config=cfg,
+                dialect=self.dialect,  # type: ignore[arg-type]  # what the engine calls only
+                open_reader=open_reader,
+                sink=sink,
+                store=self.store,
+                keys=self.keys,
+                clock=self.clock,
+                sleep=self.clock.sleep,
+                start_workers=start_workers,
+                wall_ms=lambda: WALL + round(self.clock.now * 1000),
+            )
         )
 
     def until_caught_up(self, steps: int = 500) -> int:
