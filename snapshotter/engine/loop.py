@@ -55,7 +55,6 @@ log.addFilter(EscapeControls())
 logging.getLogger("snapshotter.chunks").addFilter(EscapeControls())
 
 READ_TIMEOUT_S = 0.05
-REPORT_INTERVAL_S = 5.0
 FINISH_TRANSACTION_S = 30.0  # how long a stop reads on to the end of a transaction
 
 

@@ -2,7 +2,7 @@
 
 mysqlclient (``MySQLdb``, a C extension over libmysqlclient / libmariadb) parses result rows
 in C; pymysql parses them in Python. Measured on a 200k-row, 6-column table in 4096- and
-10240-row chunks (``bench/chunk_read_bench.py``, same SQL, same Arrow build): about 2.4x
+10240-row chunks (``bench/read_bench.py chunk``, same SQL, same Arrow build): about 2.4x
 less CPU time per chunk read with mysqlclient. It is an optional extra
 (``pip install 'snapshotter[mysqlclient]'``: it compiles against the client library's
 headers); without it, pymysql reads chunks as before.

@@ -66,7 +66,7 @@ _EVENTS = [
 ]
 _HEARTBEAT_SECONDS = 1.0
 # Parse a table's map once per table id, not before every transaction (2.1x the decode rate
-# on one-row transactions, bench/binlog_decode_bench.py, which turns it off for "before"). A
+# on one-row transactions, bench/log_bench.py binlog, which turns it off for "before"). A
 # statement that may change a table drops the cached maps; a rotation does too.
 FREEZE_TABLE_MAPS = True
 _QUEUE_BATCHES = 64  # of at most _BATCH items: bounds memory when the engine is slower

@@ -2,7 +2,7 @@
 
 The ADBC PostgreSQL driver (``adbc-driver-postgresql``: libpq and C) parses the server's
 binary results into Arrow columns; no Python object is made per value. Measured on a
-200k-row, 6-column table in 4096-row chunks (``bench/chunk_read_bench.py``), CPU time of
+200k-row, 6-column table in 4096-row chunks (``bench/read_bench.py chunk``), CPU time of
 this process: about 3x less than psycopg with the text loaders (the chunk read this
 replaced), 2x less than psycopg's binary format with its C loaders, 5x less than psycopg's
 ``COPY ... (FORMAT BINARY)`` rows.
