@@ -83,7 +83,7 @@ class WindowPhase(StrEnum):
     CLOSED = "closed"
 
 
-class Verdict(StrEnum):
+class WatermarkVerdict(StrEnum):
     """What the engine does with a watermark row of one of its windows."""
 
     OWN = "own"  # the window's own row, in order: act on it
@@ -289,7 +289,7 @@ class ChunkWindow:
         """The window's own open or close row, as the worker writes it."""
         return Watermark(self.window_id, kind, self._tokens[kind])
 
-    def judge(self, watermark: Watermark) -> tuple[Verdict, str]:
+    def judge(self, watermark: Watermark) -> tuple[WatermarkVerdict, str]:
         """Whether a watermark row of this window is its own, in order; if not, why not."""
         own = watermark.token is not None and secrets.compare_digest(
             watermark.token.encode("utf-8", "surrogatepass"),
@@ -297,17 +297,23 @@ class ChunkWindow:
         )
         if watermark.kind is WatermarkKind.OPEN:
             if self.phase is not WindowPhase.REGISTERED:
-                return Verdict.STRAY, "a second open row for a window already open"
+                return WatermarkVerdict.STRAY, "a second open row for a window already open"
             if not own:
-                return Verdict.BLOCKING, "an open row the engine did not write, before its own"
-            return Verdict.OWN, ""
+                return (
+                    WatermarkVerdict.BLOCKING,
+                    "an open row the engine did not write, before its own",
+                )
+            return WatermarkVerdict.OWN, ""
         if not own:
-            return Verdict.BLOCKING, "a close row the engine did not write, before its own"
+            return WatermarkVerdict.BLOCKING, "a close row the engine did not write, before its own"
         if self.phase is not WindowPhase.OPEN:
-            return Verdict.BLOCKING, "the window's own close row came before its open row"
+            return WatermarkVerdict.BLOCKING, "the window's own close row came before its open row"
         if not self.filled:
-            return Verdict.BLOCKING, "the window's own close row came before its chunk rows"
-        return Verdict.OWN, ""
+            return (
+                WatermarkVerdict.BLOCKING,
+                "the window's own close row came before its chunk rows",
+            )
+        return WatermarkVerdict.OWN, ""
 
     @property
     def filled(self) -> bool:

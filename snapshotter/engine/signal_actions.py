@@ -34,7 +34,7 @@ SHOWN_TABLES = 20  # tables a log line about a signal names before "and N more"
 
 # A signal the engine cannot act on, fully or in part: (signal id, signal type, message,
 # where it is in the log); logged and kept in state for ``status``. The stream goes on.
-Problem = Callable[[str, str, str, Position], None]
+KeepProblem = Callable[[str, str, str, Position], None]
 
 
 @dataclass
@@ -43,7 +43,7 @@ class SignalContext:
 
     state: EngineState
     outcome: RunOutcome
-    problem: Problem
+    problem: KeepProblem
     # The source's tables (waits out a source that is restarting).
     list_tables: Callable[[], list[TableId]]
     # Why names that are not tables are not (a view, ...); for messages only.

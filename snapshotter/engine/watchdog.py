@@ -104,7 +104,7 @@ class Overdue:
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class CoverageVerdict:
     stop: str | None = None  # the reason to stop the engine with
     warnings: list[str] = field(default_factory=list)
 
@@ -146,7 +146,9 @@ class Watchdog:
         for item in overdue:
             self._reported[item.window_id] = item.waited_s
 
-    def answered(self, problems: Sequence[str] | None, overdue: Sequence[Overdue]) -> Verdict:
+    def answered(
+        self, problems: Sequence[str] | None, overdue: Sequence[Overdue]
+    ) -> CoverageVerdict:
         """What to do with the source's answer (None: it could not be asked) about the
         windows ``overdue`` when asked."""
         if problems:
@@ -155,8 +157,8 @@ class Watchdog:
                 if overdue
                 else f"found by the check every {self.every_s:.0f} s"
             )
-            return Verdict(stop=coverage_message(problems, found))
-        return Verdict(warnings=[o.warning(asked=problems is not None) for o in overdue])
+            return CoverageVerdict(stop=coverage_message(problems, found))
+        return CoverageVerdict(warnings=[o.warning(asked=problems is not None) for o in overdue])
 
 
 class CoverageWatch:

@@ -18,7 +18,7 @@ from signals.model import WatermarkKind
 from signals.names import TableId
 from snapshotter.core.position import Position
 from snapshotter.core.state import EngineState
-from snapshotter.core.window import Verdict
+from snapshotter.core.window import WatermarkVerdict
 from snapshotter.engine.scheduler import Flight, Scheduler, TableRun
 from snapshotter.engine.signal_cleanup import WatermarkCleanup
 
@@ -30,7 +30,7 @@ FORGED_WINDOWS_MAX = 3
 
 # A row the engine does not act on: (row id, row type, message, position, log level); logged
 # and kept in state for ``status``.
-Problem = Callable[[str, str, str, Position, int], None]
+KeepWatermarkProblem = Callable[[str, str, str, Position, int], None]
 Fail = Callable[[TableRun, str], None]  # the table's snapshot fails with this error
 
 
@@ -40,7 +40,7 @@ class WatermarkRows:
         *,
         state: EngineState,
         scheduler: Scheduler,
-        problem: Problem,
+        problem: KeepWatermarkProblem,
         fail: Fail,
         cleanup: WatermarkCleanup | None,
         signal_table: TableId,
@@ -68,7 +68,7 @@ class WatermarkRows:
             return None
         window = flight.task.window
         verdict, why = window.judge(watermark)
-        if verdict is not Verdict.OWN:
+        if verdict is not WatermarkVerdict.OWN:
             self._foreign_watermark(flight, watermark, verdict, why, position)
             return None
         if watermark.kind is WatermarkKind.OPEN:
@@ -92,7 +92,12 @@ class WatermarkRows:
         )
 
     def _foreign_watermark(
-        self, flight: Flight, watermark: Watermark, verdict: Verdict, why: str, at: Position
+        self,
+        flight: Flight,
+        watermark: Watermark,
+        verdict: WatermarkVerdict,
+        why: str,
+        at: Position,
     ) -> None:
         """A watermark row of a live window that is not its own, or out of order: never
         acted on. If the window cannot complete any more (BLOCKING: the row took the id of
@@ -106,7 +111,7 @@ class WatermarkRows:
             and progress.signal_id == task.signal_id
             and not progress.status.finished
         )
-        if verdict is Verdict.STRAY or progress is None or not live:
+        if verdict is WatermarkVerdict.STRAY or progress is None or not live:
             self._problem(watermark.id, watermark.type.value, what, at, logging.WARNING)
             return
         key = f"{task.signal_id}\x00{task.table}"

@@ -33,7 +33,7 @@ from snapshotter.engine.signal_cleanup import WatermarkCleanup
 from snapshotter.engine.start_guard import StartGuardWait
 from snapshotter.engine.stats import EngineStats
 from snapshotter.engine.task_answers import TaskAnswers
-from snapshotter.engine.watermarks import Problem, WatermarkRows
+from snapshotter.engine.watermarks import KeepWatermarkProblem, WatermarkRows
 from snapshotter.engine.workers import ChunkTask, WorkerPool
 from snapshotter.sinks.base import Sink, SinkItem
 from snapshotter.sources.base import Dialect
@@ -80,7 +80,7 @@ class Windows:
         cleanup: WatermarkCleanup | None,
         output: Output,
         fail: Fail,
-        problem: Problem,
+        problem: KeepWatermarkProblem,
         signal_table: TableId,
         stats: EngineStats,
         clock: Callable[[], float],

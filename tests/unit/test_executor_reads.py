@@ -23,7 +23,7 @@ from snapshotter.core.window import (
     ReadBatch,
     StagedReadBatch,
     StagedRows,
-    Verdict,
+    WatermarkVerdict,
     WindowOrderError,
 )
 from snapshotter.engine.executor_reads import _chunk
@@ -44,7 +44,7 @@ def change(key: int, at: int) -> ChangeEvent:
 def test_a_staged_window_closes_with_its_dropped_keys_typed_as_the_reader_types_them() -> None:
     window = ChunkWindow("w", TABLE, ["id"])
     window.open(Position(10, 0))
-    assert window.judge(window.watermark(WatermarkKind.CLOSE))[0] is Verdict.BLOCKING
+    assert window.judge(window.watermark(WatermarkKind.CLOSE))[0] is WatermarkVerdict.BLOCKING
     window.fill_staged(staged())
     assert window.filled
     assert window.observe(change(3, 11)) and window.observe(change(7, 12))

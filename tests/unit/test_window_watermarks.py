@@ -11,7 +11,7 @@ from signals import parse_signal
 from signals.model import Watermark, WatermarkKind, to_row
 from signals.names import TableId
 from snapshotter.core.position import Position
-from snapshotter.core.window import ChunkWindow, Verdict
+from snapshotter.core.window import ChunkWindow, WatermarkVerdict
 
 OPEN, CLOSE = WatermarkKind.OPEN, WatermarkKind.CLOSE
 
@@ -30,10 +30,10 @@ def _pos(n: int) -> Position:
 
 def test_own_rows_in_order_are_acted_on():
     w = window()
-    assert w.judge(w.watermark(OPEN)) == (Verdict.OWN, "")
+    assert w.judge(w.watermark(OPEN)) == (WatermarkVerdict.OWN, "")
     w.open(_pos(1))
     w.fill(pa.table({"id": [1, 2]}))
-    assert w.judge(w.watermark(CLOSE)) == (Verdict.OWN, "")
+    assert w.judge(w.watermark(CLOSE)) == (WatermarkVerdict.OWN, "")
 
 
 def test_own_rows_survive_the_signal_table_round_trip():
@@ -55,7 +55,7 @@ def test_a_forged_close_before_the_rows_are_buffered_blocks_the_window(token):
     w = window()
     w.open(_pos(1))
     verdict, why = w.judge(forged(w, CLOSE, token))
-    assert verdict is Verdict.BLOCKING and "did not write" in why
+    assert verdict is WatermarkVerdict.BLOCKING and "did not write" in why
 
 
 def test_a_forged_close_after_the_rows_are_buffered_is_not_acted_on_either():
@@ -63,22 +63,22 @@ def test_a_forged_close_after_the_rows_are_buffered_is_not_acted_on_either():
     w = window()
     w.open(_pos(1))
     w.fill(pa.table({"id": [1]}))
-    assert w.judge(forged(w, CLOSE))[0] is Verdict.BLOCKING
-    assert w.judge(forged(w, CLOSE, w.watermark(OPEN).token))[0] is Verdict.BLOCKING
+    assert w.judge(forged(w, CLOSE))[0] is WatermarkVerdict.BLOCKING
+    assert w.judge(forged(w, CLOSE, w.watermark(OPEN).token))[0] is WatermarkVerdict.BLOCKING
 
 
 def test_a_close_before_the_open_blocks_the_window():
     w = window()
-    assert w.judge(forged(w, CLOSE))[0] is Verdict.BLOCKING
+    assert w.judge(forged(w, CLOSE))[0] is WatermarkVerdict.BLOCKING
     # Even with the right token the window cannot complete in order.
     verdict, why = w.judge(w.watermark(CLOSE))
-    assert verdict is Verdict.BLOCKING and "before its open row" in why
+    assert verdict is WatermarkVerdict.BLOCKING and "before its open row" in why
 
 
 def test_a_forged_open_before_the_own_one_blocks_the_window():
     w = window()
     verdict, why = w.judge(forged(w, OPEN, "x"))
-    assert verdict is Verdict.BLOCKING and "did not write" in why
+    assert verdict is WatermarkVerdict.BLOCKING and "did not write" in why
 
 
 def test_an_open_twice_is_a_stray():
@@ -86,4 +86,4 @@ def test_an_open_twice_is_a_stray():
     w.open(_pos(1))
     for row in (w.watermark(OPEN), forged(w, OPEN)):
         verdict, why = w.judge(row)
-        assert verdict is Verdict.STRAY and "already open" in why
+        assert verdict is WatermarkVerdict.STRAY and "already open" in why
