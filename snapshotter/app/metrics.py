@@ -538,9 +538,3 @@ def with_port(config: Config, port: int | None) -> Config:
     except ValidationError:
         raise MetricsError(f"--metrics-port {port}: a port is 0 to 65535") from None
     return config.model_copy(update={"metrics": metrics})
-
-
-def metric_names(families: Sequence[Metric] | Iterator[Metric]) -> set[str]:
-    """Every sample name of ``families`` (``_total`` included): for tests and the dashboard
-    check."""
-    return {sample.name for family in families for sample in family.samples}
