@@ -137,8 +137,9 @@ def _problem(error: Mapping[str, Any]) -> str:
     if error["type"] == "union_tag_invalid" and loc == ("source",):
         kinds = ", ".join(repr(k) for k in SOURCE_KINDS[:-1])
         return f"source.kind: Input should be {kinds} or {SOURCE_KINDS[-1]!r}"
-    if error["type"] == "extra_forbidden" and loc[:1] == ("source",) and kind_of_key(loc[-1]):
-        return f'{where}: only for kind = "{kind_of_key(loc[-1])}"'
+    owner = kind_of_key(loc[-1]) if loc[:1] == ("source",) else None
+    if error["type"] == "extra_forbidden" and owner:
+        return f'{where}: only for kind = "{owner}"'
     if error["type"] == "extra_forbidden" and loc:
         sections = _section_fields()
         known = (
