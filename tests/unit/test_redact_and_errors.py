@@ -187,3 +187,17 @@ def test_the_spark_start_message_names_delta_only_when_used() -> None:
     assert _delta_note(required=True, loaded=True) == " with Delta Lake"
     assert "Delta" not in _delta_note(required=False, loaded=False)
     assert "provisioned" in _delta_note(required=False, loaded=True)
+
+
+def test_the_spark_driver_logs_through_the_shipped_log4j_configuration_unless_debugging() -> None:
+    from snapshotter.sinks.spark.session import LOG4J_CONFIG, driver_java_options
+
+    assert LOG4J_CONFIG.is_file()
+    text = LOG4J_CONFIG.read_text(encoding="utf-8")
+    assert "rootLogger.level = warn" in text and "NativeCodeLoader" in text
+    quiet = driver_java_options(local=True, debug=False)
+    assert "-XX:TieredStopAtLevel=1" in quiet
+    assert f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}" in quiet
+    assert driver_java_options(local=True, debug=True) == "-XX:TieredStopAtLevel=1"
+    assert driver_java_options(local=False, debug=True) == ""
+    assert "log4j2" in driver_java_options(local=False, debug=False)
