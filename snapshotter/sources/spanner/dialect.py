@@ -40,6 +40,7 @@ from snapshotter.sources.base import (
 from snapshotter.sources.spanner import client as sp_client
 from snapshotter.sources.spanner import sql
 from snapshotter.sources.spanner.catalog import SpannerCatalog
+from snapshotter.sources.spanner.chunk_sql import SpannerChunkQueries
 from snapshotter.sources.spanner.client import SpannerDialectKind, SpannerTarget
 from snapshotter.sources.spanner.types import (
     SpannerType,
@@ -100,17 +101,15 @@ class SpannerDialect(SpannerCatalog):
     def max_key(
         self, schema: TableSchema, key_columns: Sequence[str], condition: str | None
     ) -> Key | None:
-        st = sql.Statement(self.kind)
-        text = (
-            f"SELECT {', '.join(st.name(k) for k in key_columns)} "
-            f"FROM {sql.table_ref(self.kind, schema.table)}"
-            + (f" WHERE ({condition})" if condition is not None else "")
-            + f" ORDER BY {sql.order_by(st, key_columns, descending=True)} LIMIT 1"
-        )
+        st, text = self._queries(schema, key_columns).max_key(condition)
         rows = self._guarded(schema.table, "max-key query", st, text)
         if not rows:
             return None
         return self._key(schema, key_columns, rows[0])
+
+    def _queries(self, schema: TableSchema, key_columns: Sequence[str]) -> SpannerChunkQueries:
+        types = self._key_types(schema, key_columns)
+        return SpannerChunkQueries(self.kind, schema.table, key_columns, types)
 
     def _key(self, schema: TableSchema, key_columns: Sequence[str], row: Sequence[Any]) -> Key:
         types = self._key_types(schema, key_columns)
@@ -131,26 +130,9 @@ class SpannerDialect(SpannerCatalog):
     def unfinished_xids(self) -> None:
         return None  # a strong read sees every commit before it (commits_visible_in_log_order)
 
-    def _range(self, spec: ChunkSpec, st: sql.Statement) -> str:
-        types = self._key_types(spec.schema, spec.key_columns)
-        where = []
-        if spec.after is not None:
-            where.append(f"({sql.key_after(st, spec.key_columns, types, spec.after)})")
-        where.append(f"({sql.key_upto(st, spec.key_columns, types, spec.upto)})")
-        if spec.condition is not None:
-            where.append(f"({spec.condition})")
-        return " WHERE " + " AND ".join(where)
-
     def read_chunk(self, spec: ChunkSpec) -> ChunkRows:
         schema = spec.schema
-        st = sql.Statement(self.kind)
-        columns = ", ".join(st.name(c) for c in schema.column_names)
-        where = self._range(spec, st)
-        limit = st.param(spec.limit, _int64())
-        text = (
-            f"SELECT {columns} FROM {sql.table_ref(self.kind, schema.table)}{where} "
-            f"ORDER BY {sql.order_by(st, spec.key_columns)} LIMIT {limit}"
-        )
+        st, text = self._queries(schema, spec.key_columns).chunk(spec)
         rows = self._guarded(schema.table, "chunk query", st, text)
         failpoint("chunk.select")
         table = self._to_arrow(schema, rows)
@@ -175,14 +157,7 @@ class SpannerDialect(SpannerCatalog):
         return pa.Table.from_arrays(arrays, schema=schema.arrow_schema())
 
     def chunk_bound(self, spec: ChunkSpec) -> Key | None:
-        st = sql.Statement(self.kind)
-        where = self._range(spec, st)
-        skip = st.param(spec.limit - 1, _int64())
-        text = (
-            f"SELECT {', '.join(st.name(k) for k in spec.key_columns)} "
-            f"FROM {sql.table_ref(self.kind, spec.schema.table)}{where} "
-            f"ORDER BY {sql.order_by(st, spec.key_columns)} LIMIT 1 OFFSET {skip}"
-        )
+        st, text = self._queries(spec.schema, spec.key_columns).bound(spec)
         rows = self._guarded(spec.schema.table, "bound query", st, text)
         return self._key(spec.schema, spec.key_columns, rows[0]) if rows else None
 
@@ -254,7 +229,7 @@ class SpannerDialect(SpannerCatalog):
         text = (
             f"SELECT {st.name('id')}, {st.name('type')} "
             f"FROM {sql.table_ref(self.kind, self.signal_table)} WHERE {where} "
-            f"ORDER BY {st.name('id')} LIMIT {st.param(limit, _int64())}"
+            f"ORDER BY {st.name('id')} LIMIT {st.param(limit, sql.int64())}"
         )
         return [(str(i), str(t)) for i, t in self._query(st, text)]
 
@@ -335,12 +310,6 @@ class SpannerDialect(SpannerCatalog):
         # sleeps 10 minutes between checks (client 3.71). That thread is a daemon and holds
         # nothing of ours; the sessions expire on the server.
         return None
-
-
-def _int64() -> Any:
-    from google.cloud.spanner_v1 import param_types
-
-    return param_types.INT64
 
 
 def _is_a_dialect(dialect: SpannerDialect) -> Dialect:

@@ -113,3 +113,10 @@ def _expanded(
 def order_by(st: Statement, columns: Sequence[str], *, descending: bool = False) -> str:
     direction = "DESC" if descending else "ASC"
     return ", ".join(f"{st.name(c)} {direction}" for c in columns)
+
+
+def int64() -> Any:
+    """Spanner's INT64 parameter type (a LIMIT, an OFFSET, a count)."""
+    from google.cloud.spanner_v1 import param_types
+
+    return param_types.INT64
