@@ -15,6 +15,7 @@ from signals.names import TableId, TablePattern, parse_table_name, parse_table_s
 from snapshotter.config import Config
 from snapshotter.sources.base import Dialect
 from snapshotter.sources.setup_common import resolve_tables
+from snapshotter.verify.progress import ticking
 from snapshotter.verify.rows import (
     Materialized,
     TableKeyTwice,
@@ -97,10 +98,10 @@ def _compare_scanned(
     ONLY transaction, a quiet table just after crash recovery) returned a primary key twice,
     which no table with that key holds; the next scan is the table's real content."""
     try:
-        return compare(output, scan(), key)
+        return compare(output, ticking(scan(), "table rows compared"), key)
     except TableKeyTwice as exc:
         log.warning("%s; scanning the table once more", exc)
-        return compare(output, scan(), key)
+        return compare(output, ticking(scan(), "table rows compared"), key)
 
 
 def check_table(config: Config, table: TableId) -> Verdict:

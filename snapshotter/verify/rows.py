@@ -17,14 +17,16 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from snapshotter.core.values import UNAVAILABLE_VALUE
 from snapshotter.sinks.jsonl import encode_row
+from snapshotter.verify.progress import Ticker
 
 # Debezium's unavailable-value placeholder as text, and with it (a binary column of a Kafka
 # message with schemas) its bytes in base64.
@@ -134,7 +136,11 @@ def materialize(
             "the engine writes?)"
         ) from None
     with f:
+        ticker = Ticker("events read from the sink file", _size(f))
+        done = 0
         for number, line in enumerate(f, 1):
+            done += len(line)
+            ticker.tick(done)
             if not line.endswith(b"\n"):
                 raise VerifyError(f"{path}:{number}: the last line is incomplete")
             if not line.startswith(ours) and line.startswith(sink_line):
@@ -149,6 +155,13 @@ def materialize(
                 record = _rekeyed(record, key_columns)
             _apply(out, last_pos, record, f"{path}:{number}", number)
     return out
+
+
+def _size(f: BinaryIO) -> int | None:
+    try:
+        return os.fstat(f.fileno()).st_size
+    except OSError:
+        return None
 
 
 def _rekeyed(record: dict[str, Any], key_columns: Sequence[str]) -> dict[str, Any]:

@@ -84,6 +84,8 @@ class LanderThread:
             handoff.cond.notify_all()
         if self.lander is None and self._thread.is_alive():
             log.info("waiting for Spark to start to land %d staged batch(es)", len(handoff.queue))
+        elif handoff.queue and self._thread.is_alive():
+            log.info("stopping: landing %d staged batch(es) first", len(handoff.queue))
         self._thread.join()
         self._thread = None
 

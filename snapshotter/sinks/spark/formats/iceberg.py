@@ -430,6 +430,7 @@ class IcebergTables:
 
     def maintain(self, table: TableId) -> None:
         started = time.monotonic()
+        log.info("%s: maintaining its Iceberg tables (rewriting small and delete files)", table)
         older = datetime.fromtimestamp(time.time() - self.policy.snapshot_retention_s, UTC)
         settings = {
             **REWRITE_OPTIONS,

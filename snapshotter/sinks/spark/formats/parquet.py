@@ -267,6 +267,13 @@ def _full_reason(
 def compact(lander: Lander, table: TableId, meta: TableMeta) -> None:
     """Fold the changelog tail into the bucketed base, rewriting only what it touches."""
     started = time.monotonic()
+    # A compaction can take seconds to minutes: said before, not only after.
+    log.info(
+        "%s: compacting the current state (folding %d changed rows into a base of %d)",
+        table,
+        meta.tail_rows,
+        meta.base_rows,
+    )
     upto = meta.landed_through
     path = lander.table_path(table)
     current = lander._fs_path(table, "current")
