@@ -171,8 +171,8 @@ def query(end: int, sql: str, schema: str | bytes = b"db") -> Any:
     return _event(QueryEvent, end, size=60 + len(sql), query=sql, schema=schema)
 
 
-def rotate(next_binlog: str) -> Any:
-    event = _event(RotateEvent, 0, size=44, next_binlog=next_binlog, position=4)
+def rotate(next_binlog: str, position: int = 4) -> Any:
+    event = _event(RotateEvent, 0, size=44, next_binlog=next_binlog, position=position)
     event.timestamp = 0
     return event
 
@@ -428,6 +428,17 @@ def test_events_without_a_position_inside_a_transaction_still_rise_below_the_com
     assert all(a < b for a, b in itertools.pairwise(positions)), positions
     assert positions[0].parts[1] > 1000 and positions[4] == Position(7, 1400, 0)
     assert positioned(feed_all(decoder(), stream())) == positions
+
+
+def test_a_stream_resumed_at_a_position_counts_unpositioned_events_from_it() -> None:
+    """A (re)connection starts with a rotate to the saved file and position: events after it
+    that carry no position (log_pos 0) count from that start, never from 0, so nothing
+    resumed there goes back before the saved position."""
+    t = simple_table()
+    dec = decoder()
+    feed_all(dec, [rotate(FILE, position=5000)])
+    positions = positioned(feed_all(dec, [t.write(0, {"id": 1, "name": "a"}), xid(5200)]))
+    assert positions[0].parts[1] > 5000 and positions[-1] == Position(7, 5200, 0), positions
 
 
 def test_the_same_transaction_decoded_again_gets_the_same_positions() -> None:

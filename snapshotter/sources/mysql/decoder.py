@@ -185,6 +185,10 @@ class BinlogDecoder:
             return self._query(event)
         if isinstance(event, RotateEvent):
             self._set_file(event.next_binlog)
+            # Where the stream goes on in that file: 4 for a new file, the asked-for start
+            # for the rotate a (re)connection begins with, so that an event there without a
+            # position of its own (log_pos 0, _end_of) counts from it, not from 0.
+            self._end = int(getattr(event, "position", 0) or 0)
             return []
         if isinstance(event, HeartbeatLogEvent):
             return self._heartbeat(event)
