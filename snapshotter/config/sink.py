@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from snapshotter.config.common import NOT_FINITE, ConfigError, Section, is_uri
+from snapshotter.config.common import NOT_FINITE, ConfigError, Section, is_uri, pattern
 from snapshotter.config.kafka import (
     KAFKA_RESERVED,
     ClientChoice,
@@ -17,6 +17,11 @@ from snapshotter.config.kafka import (
     choose_client,
     kafka_setting_problem,
     settings_client,
+)
+
+CATALOG_NAME = pattern(
+    r"^[A-Za-z_][A-Za-z0-9_]*$",
+    "a letter or underscore, then letters, digits and underscores (a Spark catalog name)",
 )
 
 
@@ -37,7 +42,7 @@ class SinkConfig(Section):
     # catalog whose warehouse is path, set up by the sink (nothing to configure); delta, none
     # (tables by path). Any other name: a catalog configured under [spark] conf
     # (spark.sql.catalog.<name> = ...: REST, Hive, Glue, Nessie, Unity...).
-    catalog: str | None = Field(default=None, min_length=1, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    catalog: str | None = Field(default=None, min_length=1, pattern=CATALOG_NAME)
     # spark, iceberg format: table maintenance, run when the lander is idle (after
     # compact_idle_s of quiet, and when the sink closes) at most once per this many seconds
     # per table: data files and delete files rewritten (small files and deletion vectors
