@@ -218,7 +218,8 @@ def test_the_client_is_auto_unless_chosen() -> None:
     assert parse(KAFKA, environ).sink.client == "confluent"
     assert parse(KAFKA, environ).sink.kafka_client == "confluent"
     pinned = parse(KAFKA + 'client = "kafka-python"\n').sink
-    assert choose_client(pinned.client, pinned.kafka) == ("kafka-python", '[sink] client = "kafka-python"')
+    assert choose_client(pinned.client, pinned.kafka)[0] == "kafka-python"
+    assert pinned.kafka_client == "kafka-python"
 
 
 def test_auto_takes_confluent_when_it_imports() -> None:
@@ -264,10 +265,10 @@ def test_the_sink_logs_the_client_it_runs_on(caplog: pytest.LogCaptureFixture) -
     def describe(table: object) -> Any:
         raise AssertionError("schemas = false: no table is described")
 
-    config = parse(KAFKA + 'kafka = {linger_ms = 5}\n')
+    config = parse(KAFKA + "kafka = {linger_ms = 5}\n")
     with caplog.at_level(logging.INFO, logger="snapshotter.sinks.factory"):
         sink_for(config, describe, lambda table: ["id"])  # builds it; connects only on open
-    assert "kafka sink: the kafka-python client (client = \"auto\"" in caplog.text
+    assert 'kafka sink: the kafka-python client (client = "auto"' in caplog.text
 
 
 def test_confluent_takes_librdkafka_settings() -> None:
