@@ -41,7 +41,9 @@ def _missing(loc: tuple[str, ...], kind: str | None) -> str:
             f'"{SOURCE_MODELS[0].url_example}"'
         )
     where = ".".join(loc)
-    section, key = ".".join(loc[:-1]) or "top level", loc[-1]
+    if len(loc) == 1:
+        return f"{where}: required; add a [{where}] section"
+    section, key = ".".join(loc[:-1]), loc[-1]
     what = _REQUIRED.get(loc, "")
     if loc == ("source", "kind"):
         value = _kinds()
