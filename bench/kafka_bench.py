@@ -295,6 +295,7 @@ class KafkaSettings:
         return (
             f'[sink]\nkind = "kafka"\nbootstrap_servers = "{self.bootstrap}"\n'
             f"partitions = {self.partitions}\nschemas = {'true' if self.schemas else 'false'}\n"
+            'client = "kafka-python"\n'  # what this bench measures; "auto" may pick confluent
         )
 
 

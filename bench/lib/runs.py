@@ -134,9 +134,9 @@ class Capture:
             return {"kind": "jsonl", "path": "events.jsonl"}
         if self.sink == "spark":
             return {"kind": "spark", "path": "lake", "format": "parquet"}
-        if self.sink == "kafka":
-            return {"kind": "kafka", "bootstrap_servers": opts.bootstrap}
-        if self.sink == "kafka-confluent":  # the optional librdkafka producer
+        if self.sink == "kafka":  # kafka-python, named: the default ("auto") may pick confluent
+            return {"kind": "kafka", "bootstrap_servers": opts.bootstrap, "client": "kafka-python"}
+        if self.sink == "kafka-confluent":  # the librdkafka producer
             return {"kind": "kafka", "bootstrap_servers": opts.bootstrap, "client": "confluent"}
         raise ValueError(f"unknown sink {self.sink!r}")
 

@@ -150,6 +150,9 @@ class Health:
     warnings: list[str]
     reachable: bool  # whether the source answered
     state: EngineState
+    # Why the source could not be reached (ConnectError's first line: what failed, where,
+    # the URL masked, and what to check); None when it answered.
+    unreachable: str | None = None
 
 
 def stream_health(
@@ -173,7 +176,8 @@ def stream_health(
         engine = connector.connect(timeout_s=CONNECT_TIMEOUT_S)
     except ConnectError as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return Health([f"could not check the {what} at {url}: {first}"], False, load_state())
+        warning = f"could not check the {what} at {url}: {first}"
+        return Health([warning], False, load_state(), unreachable=first)
     read: list[EngineState] = []
 
     def saved() -> Mapping[str, Any]:

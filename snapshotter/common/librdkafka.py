@@ -94,8 +94,9 @@ CONFLUENT_COMMON = (
 
 def confluent_missing() -> str:
     return (
-        '[sink] client = "confluent" needs the confluent-kafka package: '
-        "pip install 'snapshotter[confluent]' (or confluent-kafka)"
+        'the confluent client ([sink] client = "confluent", or "auto" with librdkafka\'s dotted '
+        "names in [sink] kafka) needs the confluent-kafka package, which does not import here: "
+        'pip install confluent-kafka, or set client = "kafka-python" with kafka-python\'s names'
     )
 
 

@@ -23,7 +23,8 @@ Which ``SNAPSHOTTER_*`` variables are configuration (a typo must never be ignore
 
 Unknown keys are refused everywhere, with the nearest known key as a suggestion: in the file's
 sections, and inside ``[sink] kafka = {...}`` (checked against the settings kafka-python's
-producer, admin client and consumer accept, or with ``client = "confluent"`` by librdkafka).
+producer, admin client and consumer accept, or with ``client = "confluent"``, or ``"auto"``
+and librdkafka's dotted names, by librdkafka).
 """
 
 from __future__ import annotations

@@ -26,6 +26,19 @@ def checked_table_name(value: str) -> str:
     return value
 
 
+# Every pattern= of a setting, with what it allows as people read it: an error says the rule,
+# never the regex (config.problems). Filled by ``pattern``, which the models call.
+PATTERN_RULES: dict[str, tuple[str, bool]] = {}
+
+
+def pattern(regex: str, rule: str, *, show_value: bool = True) -> str:
+    """``regex`` (for ``Field(pattern=...)``), remembered with ``rule``: what a value must be,
+    completing "must be ...". ``show_value``: whether an error may quote the value (not for
+    a URL, which may carry a token)."""
+    PATTERN_RULES[regex] = (rule, show_value)
+    return regex
+
+
 class ConfigError(ValueError):
     """A configuration file that cannot be used; the message says where and why."""
 

@@ -1,5 +1,5 @@
 """Reading the file: ``${NAME}`` references, ``SNAPSHOTTER_<SECTION>_<KEY>`` variables,
-relative paths, and pydantic's errors said as one line each."""
+relative paths, and pydantic's errors said as one line each (``config.problems``)."""
 
 from __future__ import annotations
 
@@ -18,12 +18,11 @@ from snapshotter.config.common import (
     DEFAULT_JSONL,
     ENV_PREFIX,
     ENV_REF,
-    NOT_FINITE,
     ConfigError,
     is_uri,
 )
-from snapshotter.config.model import SECTION_MODELS, Config
-from snapshotter.config.source import SOURCE_KINDS, kind_of_key
+from snapshotter.config.model import Config
+from snapshotter.config.problems import problem, section_fields
 
 
 def _expand(value: Any, where: str, environ: Mapping[str, str]) -> Any:
@@ -61,14 +60,6 @@ def _referenced(value: Any) -> set[str]:
     return set()
 
 
-def _section_fields() -> dict[str, dict[str, str]]:
-    """Per section: the upper-case key as a variable spells it -> the key."""
-    return {
-        name: {f.upper(): f for model in models for f in model.model_fields}
-        for name, models in SECTION_MODELS.items()
-    }
-
-
 def _env_target(var: str, sections: dict[str, dict[str, str]]) -> tuple[str, str] | None:
     """The (section, key) a ``SNAPSHOTTER_*`` variable sets; None for a variable that is not
     configuration (see the module docstring); ConfigError for a misspelt one."""
@@ -99,7 +90,7 @@ def _apply_env(
 ) -> dict[str, Any]:
     """Overlay ``SNAPSHOTTER_<SECTION>_<KEY>`` variables on the file's values (the rule for
     which variables count is in the module docstring)."""
-    sections = _section_fields()
+    sections = section_fields()
     out = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
     for var in sorted(environ):
         if not var.startswith(ENV_PREFIX) or var in referenced:
@@ -126,32 +117,6 @@ def _resolve_paths(config: Config, base: Path) -> Config:
     return config.model_copy(update={"sink": sink, "state": state})
 
 
-def _problem(error: Mapping[str, Any]) -> str:
-    """One pydantic error as ``where: what``; an unknown key with the nearest known one."""
-    loc = tuple(str(p) for p in error["loc"])
-    if loc[:1] == ("source",) and loc[1:2] and loc[1] in SOURCE_KINDS:
-        loc = loc[:1] + loc[2:]  # [source]'s model per kind is not a level of the file
-    where = ".".join(loc) or "top level"
-    if error["type"] == "union_tag_not_found" and loc == ("source",):
-        return "source.kind: Field required"
-    if error["type"] == "union_tag_invalid" and loc == ("source",):
-        kinds = ", ".join(repr(k) for k in SOURCE_KINDS[:-1])
-        return f"source.kind: Input should be {kinds} or {SOURCE_KINDS[-1]!r}"
-    owner = kind_of_key(loc[-1]) if loc[:1] == ("source",) else None
-    if error["type"] == "extra_forbidden" and owner:
-        return f'{where}: only for kind = "{owner}"'
-    if error["type"] == "extra_forbidden" and loc:
-        sections = _section_fields()
-        known = (
-            list(Config.model_fields) if len(loc) == 1 else list(sections.get(loc[0], {}).values())
-        )
-        return f"{where}: unknown key{did_you_mean(loc[-1], known)}"
-    if error["type"] == "finite_number":
-        return f"{where}: {error['input']!r} is {NOT_FINITE}"
-    message = str(error["msg"]).removeprefix("Value error, ")
-    return f"{where}: {message}"
-
-
 def parse_config(
     text: str,
     origin: str = "<config>",
@@ -170,7 +135,7 @@ def parse_config(
     except ConfigError as exc:
         raise ConfigError(f"{origin}: {exc}") from None
     except ValidationError as exc:
-        problems = "; ".join(_problem(e) for e in exc.errors())
+        problems = "; ".join(problem(e) for e in exc.errors())
         raise ConfigError(f"{origin}: {problems}") from None
     return _resolve_paths(config, base_dir if base_dir is not None else Path.cwd())
 

@@ -8,7 +8,23 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from snapshotter.config.common import URL_HOST, Section, checked_table_name, is_loopback
+from snapshotter.config.common import (
+    URL_HOST,
+    Section,
+    checked_table_name,
+    is_loopback,
+    pattern,
+)
+
+CONNECT_URL = pattern(
+    r"^sc://\S+$",
+    'a Spark Connect URL, "sc://HOST:PORT", without spaces',
+    show_value=False,  # it may carry a token (sc://host:port/;token=...)
+)
+TOPIC_NAME = pattern(
+    r"^[A-Za-z0-9_.\-]{1,249}$",
+    "letters, digits, '_', '.' and '-', at most 249 characters (a Kafka topic name)",
+)
 
 
 class SparkConfig(Section):
@@ -17,7 +33,7 @@ class SparkConfig(Section):
     master: str = "local[*]"
     # Spark Connect instead of a driver in this process: "sc://HOST:PORT". The server's own
     # master runs the work; master must then stay unset.
-    remote: str | None = Field(default=None, pattern=r"^sc://\S+$")
+    remote: str | None = Field(default=None, pattern=CONNECT_URL)
     app_name: str = "snapshotter"
     # Extra Spark configuration, e.g. {"spark.driver.memory" = "4g"}. Through Spark Connect
     # only settings a running session takes (spark.sql.*).
@@ -106,7 +122,7 @@ class NotificationsConfig(Section):
     table: str = "debezium_notification"
     # The sink channel's Kafka topic (Debezium's notification.sink.topic.name). Unset:
     # "<source name>.notifications".
-    topic: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.\-]{1,249}$")
+    topic: str | None = Field(default=None, pattern=TOPIC_NAME)
 
     @field_validator("table")
     @classmethod

@@ -9,8 +9,20 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from snapshotter.config.common import NOT_FINITE, ConfigError, Section, is_uri
-from snapshotter.config.kafka import KAFKA_RESERVED, kafka_setting_problem
+from snapshotter.config.common import NOT_FINITE, ConfigError, Section, is_uri, pattern
+from snapshotter.config.kafka import (
+    KAFKA_RESERVED,
+    ClientChoice,
+    KafkaClient,
+    choose_client,
+    kafka_setting_problem,
+    settings_client,
+)
+
+CATALOG_NAME = pattern(
+    r"^[A-Za-z_][A-Za-z0-9_]*$",
+    "a letter or underscore, then letters, digits and underscores (a Spark catalog name)",
+)
 
 
 class SinkConfig(Section):
@@ -30,7 +42,7 @@ class SinkConfig(Section):
     # catalog whose warehouse is path, set up by the sink (nothing to configure); delta, none
     # (tables by path). Any other name: a catalog configured under [spark] conf
     # (spark.sql.catalog.<name> = ...: REST, Hive, Glue, Nessie, Unity...).
-    catalog: str | None = Field(default=None, min_length=1, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    catalog: str | None = Field(default=None, min_length=1, pattern=CATALOG_NAME)
     # spark, iceberg format: table maintenance, run when the lander is idle (after
     # compact_idle_s of quiet, and when the sink closes) at most once per this many seconds
     # per table: data files and delete files rewritten (small files and deletion vectors
@@ -83,14 +95,17 @@ class SinkConfig(Section):
     # or as a string holding its text ("text", as Debezium does). Unset: "text" with
     # schemas (a Connect schema cannot describe an arbitrary document), else "embedded".
     json_columns: Literal["embedded", "text"] | None = None
-    # kafka: the client library. "kafka-python" (pure Python, always installed) or
-    # "confluent" (confluent-kafka, librdkafka in C: ~9x less CPU per message; install the
-    # snapshotter[confluent] extra). Either keeps the same guarantees and message bytes.
-    client: Literal["kafka-python", "confluent"] = "kafka-python"
+    # kafka: the client library. "auto": confluent-kafka when it imports, else kafka-python
+    # (but the one whose names the kafka settings below are written in, when there are any:
+    # config.kafka.choose_client); the sink logs which. "kafka-python" (pure Python) or
+    # "confluent" (confluent-kafka, librdkafka in C: ~9x less CPU per message). Either keeps
+    # the same guarantees and message bytes.
+    client: ClientChoice = "auto"
     # kafka: more client settings, the chosen client's own: kafka-python's
     # (security_protocol, sasl_*, ssl_*, linger_ms, compression_type...; each client -
     # producer, admin, the verify consumer - takes the ones it knows) or, with client =
-    # "confluent", librdkafka's ("security.protocol", "sasl.username", "linger.ms"...).
+    # "confluent" (or "auto" and dotted names), librdkafka's ("security.protocol",
+    # "sasl.username", "linger.ms"...).
     kafka: dict[str, str | int | float | bool] = Field(default_factory=dict)
     # kafka: at most this much sent and not yet acknowledged (kafka-python's producer has no
     # bound of its own); past it the engine waits for Kafka before sending more.
@@ -112,7 +127,9 @@ class SinkConfig(Section):
     def _known_client_settings(
         cls, value: dict[str, str | int | float | bool], info: ValidationInfo
     ) -> dict[str, str | int | float | bool]:
-        client = info.data.get("client", "kafka-python")
+        client = info.data.get("client", "auto")
+        if client == "auto":  # the names decide (choose_client), not what imports here
+            client = settings_client(value) or "kafka-python"
         if client == "confluent":  # librdkafka's settings (client is declared before kafka)
             from snapshotter.common.librdkafka import confluent_settings_problem
 
@@ -158,6 +175,11 @@ class SinkConfig(Section):
                 '"delta", or remove it (parquet is plain directories)'
             )
         return self
+
+    @property
+    def kafka_client(self) -> KafkaClient:
+        """kafka: the client the sink runs on (``client``, "auto" resolved: choose_client)."""
+        return choose_client(self.client, self.kafka)[0]
 
     @property
     def json_as_text(self) -> bool:

@@ -14,13 +14,38 @@ from pydantic import Field, field_validator, model_validator
 
 from signals.names import TableId, TableNameError, parse_table_name, parse_table_selector
 from snapshotter.common.redact import mask_url
-from snapshotter.config.common import ConfigError, Section, checked_table_name
+from snapshotter.config.common import ConfigError, Section, checked_table_name, pattern
 
 # A Spanner database's path in source.url (sqlalchemy-spanner's URL form).
 SPANNER_PATH = re.compile(
     r"^projects/(?P<project>[a-z][a-z0-9\-]{4,61}[a-z0-9]|[A-Za-z0-9.:\-]+)"
     r"/instances/(?P<instance>[a-z][a-z0-9\-]{0,62})"
     r"/databases/(?P<database>[a-z][a-z0-9_\-]{0,28}[a-z0-9])$"
+)
+
+# What the names in [source] may be (the errors say the rule, not the regex).
+SOURCE_NAME = pattern(
+    r"^[A-Za-z0-9_.\-]+$",
+    "letters, digits, '_', '.' and '-' (it prefixes the Kafka topics, as Debezium's topic.prefix)",
+)
+SLOT_NAME = pattern(
+    r"^[a-z0-9_]{1,63}$",
+    "lowercase letters, digits and underscores, at most 63 characters (a PostgreSQL "
+    "replication slot name)",
+)
+PUBLICATION_NAME = pattern(
+    r"^[A-Za-z_][A-Za-z0-9_]{0,62}$",
+    "a letter or underscore, then letters, digits and underscores, at most 63 characters (a "
+    "PostgreSQL publication name)",
+)
+CHANGE_STREAM_NAME = pattern(
+    r"^[A-Za-z][A-Za-z0-9_]{0,127}$",
+    "a letter, then letters, digits and underscores, at most 128 characters (a Spanner change "
+    "stream name)",
+)
+EMULATOR_HOST = pattern(
+    r"^[A-Za-z0-9.\-\[\]:]+:\d+$",
+    'HOST:PORT, e.g. "localhost:9010" (the Spanner emulator\'s address)',
 )
 
 
@@ -33,7 +58,7 @@ class SourceBase(Section):
     url: str = Field(min_length=1)
     # The logical name of this source: Debezium's topic prefix, ``source.name`` in events.
     # Defaults to the database name in the URL.
-    name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.\-]+$")
+    name: str | None = Field(default=None, pattern=SOURCE_NAME)
     # Tables the engine captures and may snapshot: names or patterns (``public.*``,
     # ``/public\.orders_\d+/``). A signal's tables outside them are another pipeline's:
     # skipped with a note (docs/signals.md: Several pipelines).
@@ -113,8 +138,8 @@ class PostgresSource(SourceBase):
     url_example: ClassVar[str] = "postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
 
     kind: Literal["postgres"]
-    slot: str = Field(default="snapshotter", pattern=r"^[a-z0-9_]{1,63}$")
-    publication: str = Field(default="snapshotter", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+    slot: str = Field(default="snapshotter", pattern=SLOT_NAME)
+    publication: str = Field(default="snapshotter", pattern=PUBLICATION_NAME)
     # PostgreSQL 17+: `init` creates the slot with failover = true, so a standby that syncs
     # slots (sync_replication_slots) keeps it through a failover.
     failover_slot: bool = False
@@ -160,10 +185,10 @@ class SpannerSource(SourceBase):
     # The change stream the engine reads (it must watch the captured tables and the signal
     # table; `snapshotter init` checks it and prints the DDL when it does not).
     # Required: checked by _needs_a_change_stream, whose message says what it is.
-    change_stream: str | None = Field(default=None, pattern=r"^[A-Za-z][A-Za-z0-9_]{0,127}$")
+    change_stream: str | None = Field(default=None, pattern=CHANGE_STREAM_NAME)
     # The emulator's host:port; unset: SPANNER_EMULATOR_HOST if set, else Cloud Spanner
     # itself (credentials as Google's client libraries find them).
-    emulator_host: str | None = Field(default=None, pattern=r"^[A-Za-z0-9.\-\[\]:]+:\d+$")
+    emulator_host: str | None = Field(default=None, pattern=EMULATOR_HOST)
     # How often each change-stream partition sends a heartbeat when it has no data
     # (milliseconds): how far behind the merged stream can be when a partition is idle.
     heartbeat_ms: int = Field(default=1000, ge=100, le=300_000)

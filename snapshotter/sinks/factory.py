@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 
 from signals.names import TableId
 from snapshotter.config import Config
+from snapshotter.config.kafka import CLIENT_PACKAGES, choose_client
 from snapshotter.sinks.base import Sink
 from snapshotter.sources.base import TableSchema
+
+log = logging.getLogger(__name__)
 
 Describe = Callable[[TableId], TableSchema]
 KeyNames = Callable[[TableId], Sequence[str]]
@@ -24,6 +28,8 @@ def _kafka(config: Config, describe: Describe, key_names: KeyNames) -> Sink:
     from snapshotter.sinks.kafka.sink import KafkaSink
 
     sink = config.sink
+    client, why = choose_client(sink.client, sink.kafka)
+    log.info("kafka sink: the %s client (%s)", CLIENT_PACKAGES[client], why)
     return KafkaSink(
         bootstrap_servers=sink.bootstrap_servers,
         topic_prefix=config.source.topic_prefix,
@@ -35,7 +41,7 @@ def _kafka(config: Config, describe: Describe, key_names: KeyNames) -> Sink:
         json_as_text=sink.json_as_text,
         settings=sink.kafka,
         max_unflushed_bytes=sink.max_unacked_mb * 1024 * 1024,
-        client=sink.client,
+        client=client,
     )
 
 

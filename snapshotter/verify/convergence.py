@@ -123,7 +123,11 @@ def check_table(config: Config, table: TableId) -> Verdict:
 
             sink = config.sink
             output = materialize_topic(
-                sink.bootstrap_servers, topic, sink.kafka, schemas=sink.schemas, client=sink.client
+                sink.bootstrap_servers,
+                topic,
+                sink.kafka,
+                schemas=sink.schemas,
+                client=sink.kafka_client,
             )
 
             def scan() -> Iterable[Mapping[str, Any]]:

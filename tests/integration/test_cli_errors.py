@@ -164,9 +164,12 @@ def test_postgres_connection_faults_are_one_line(
             assert "***" in line, line  # the URL is named, its password masked
     said = cli(config, "signal", "execute-snapshot", "t", timeout=60)
     assert_clear(said, password)
-    status = cli(config, "status", timeout=60)  # status reports instead of failing
+    status = cli(config, "status", timeout=60)  # the saved state, then the error: exit 1
     assert "Traceback" not in status.stderr + status.stdout
     assert password not in status.stderr + status.stdout
+    if fault != "malformed":
+        assert status.code == 1, status
+        assert "cannot connect to the source at" in assert_clear(status, password)
 
 
 @pytest.mark.parametrize("fault", ["wrong password", "unreachable port", "malformed"])

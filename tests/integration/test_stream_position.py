@@ -71,9 +71,10 @@ def state(cap: Capture) -> dict[str, Any]:
     return loaded
 
 
-def status_json(cap: Capture, env: dict[str, str] | None = None) -> dict[str, Any]:
+def status_json(cap: Capture, env: dict[str, str] | None = None, code: int = 0) -> dict[str, Any]:
+    """``status --json``'s report; ``code`` the exit expected (1: the source does not answer)."""
     done = cli(cap, "status", "--json", env=env)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == code, done.stderr
     report: dict[str, Any] = json.loads(done.stdout)
     return report
 
@@ -254,10 +255,11 @@ def test_pg_status_warns_of_retained_wal_a_missing_slot_and_an_unreachable_serve
     assert f"snapshotter run -c {cap.config_path}" in warning
 
     down = {"SNAPSHOTTER_SOURCE_URL": "postgresql://snapshotter:x@127.0.0.1:1/snapshotter"}
-    report = status_json(cap, env=down)
+    report = status_json(cap, env=down, code=1)  # the report, and exit 1
     (warning,) = report["warnings"]
     assert warning.startswith("could not check the replication slot at"), warning
     assert report["stream"]["lag_bytes"] is None and report["snapshots"]
+    assert report["source_reachable"] is False
 
     pg_setup.drop_slot(cap.url, cap.slot)
     (warning,) = status_json(cap)["warnings"]
@@ -325,7 +327,7 @@ def test_mysql_status_warns_of_binlog_backlog_with_the_retention(
     assert f"snapshotter run -c {cap.config_path}" in warning
 
     down = {"SNAPSHOTTER_SOURCE_URL": f"mysql://snapshotter:x@127.0.0.1:1/{cap.schema}"}
-    report = status_json(cap, env=down)
+    report = status_json(cap, env=down, code=1)  # the report, and exit 1
     (warning,) = report["warnings"]
     assert warning.startswith("could not check the binlog at"), warning
     assert report["stream"]["lag_bytes"] is None

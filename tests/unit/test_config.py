@@ -69,7 +69,7 @@ def test_an_override_can_supply_a_missing_required_key() -> None:
     [
         ("[source\n", {}, "not valid TOML"),
         ('[source]\nkind = "oracle"\nurl = "x"\n', {}, "source.kind"),
-        ('[source]\nkind = "postgres"\n', {}, "source.url: Field required"),
+        ('[source]\nkind = "postgres"\n', {}, "source.url: required: the database URL"),
         (MINIMAL + "chunk_size = 0\n", {}, "source.chunk_size"),
         (MINIMAL + "chunk_size = 0\n", {}, "greater than or equal to 1"),
         (MINIMAL + "tables = ['public.[bad']\n", {}, "source.tables"),
@@ -98,3 +98,86 @@ def test_read_parallelism_defaults_to_two_and_is_bounded() -> None:
     for bad in ("0", "17"):
         with pytest.raises(ConfigError, match="read_parallelism"):
             parse_config(MINIMAL + f"read_parallelism = {bad}\n", base_dir=Path("."), environ={})
+
+
+# --- errors people read: required keys, patterns said as rules -------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            '[source]\nkind = "postgres"\n',
+            'source.url: required: the database URL; add url = "postgresql://USER:PASSWORD@'
+            'HOST:PORT/DATABASE" under [source] (or set SNAPSHOTTER_SOURCE_URL)',
+        ),
+        (
+            '[source]\nkind = "mysql"\n',
+            'add url = "mysql://USER:PASSWORD@HOST:PORT/DATABASE" under [source]',
+        ),
+        (
+            '[source]\nurl = "postgresql://a@b/c"\n',
+            'source.kind: required: the kind of database; add kind = "postgres", "mysql" or '
+            '"spanner" under [source]',
+        ),
+        ('[sink]\nkind = "jsonl"\n', "source: required: the database to capture; add a [source]"),
+    ],
+)
+def test_a_missing_key_says_what_it_is_and_where_to_add_it(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, "my.toml", environ={})
+    assert message in str(info.value)
+    assert "Field required" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            MINIMAL + 'slot = "My-Slot"\n',
+            'source.slot = "My-Slot": must be lowercase letters, digits and underscores, at '
+            "most 63 characters",
+        ),
+        (MINIMAL + f'slot = "{"a" * 64}"\n', "at most 63 characters"),
+        (MINIMAL + 'publication = "9pub"\n', 'source.publication = "9pub": must be a letter'),
+        (MINIMAL + 'name = "a b"\n', 'source.name = "a b": must be letters, digits'),
+        (MINIMAL + '[sink]\ncatalog = "x-y"\n', 'sink.catalog = "x-y": must be a letter'),
+        (MINIMAL + '[notifications]\ntopic = "a b"\n', "(a Kafka topic name)"),
+        # A Connect URL may carry a token: the rule, not the value.
+        (MINIMAL + '[spark]\nremote = "http://h;token=s3cret"\n', "spark.remote: must be a"),
+        (
+            '[source]\nkind = "spanner"\nurl = "spanner:///projects/p-1234/instances/i/'
+            'databases/db"\nchange_stream = "1x"\nemulator_host = "localhost"\n',
+            'source.emulator_host = "localhost": must be HOST:PORT',
+        ),
+        (
+            '[source]\nkind = "spanner"\nurl = "spanner:///projects/p-1234/instances/i/'
+            'databases/db"\nchange_stream = "1x"\n',
+            'source.change_stream = "1x": must be a letter',
+        ),
+    ],
+)
+def test_a_name_breaking_its_pattern_says_the_rule_not_the_regex(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, "my.toml", environ={})
+    said = str(info.value)
+    assert message in said
+    assert "should match pattern" not in said and "^" not in said, said
+    assert "s3cret" not in said
+
+
+def test_every_pattern_of_the_models_has_a_rule() -> None:
+    from snapshotter.config.common import PATTERN_RULES
+    from snapshotter.config.model import SECTION_MODELS
+
+    patterns = {
+        (model.__name__, name): getattr(meta, "pattern", None)
+        for models in SECTION_MODELS.values()
+        for model in models
+        for name, field in model.model_fields.items()
+        for meta in field.metadata
+        if getattr(meta, "pattern", None)
+    }
+    assert len(patterns) >= 8  # the walk finds them (source, sink, spark, notifications)
+    unexplained = {key: regex for key, regex in patterns.items() if regex not in PATTERN_RULES}
+    assert not unexplained, f"pattern= without config.common.pattern(...): {unexplained}"

@@ -3,14 +3,18 @@ extra client settings table (reserved keys refused) and environment overrides.""
 
 from __future__ import annotations
 
+import logging
 import re
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from snapshotter.config import KAFKA_RESERVED, Config, ConfigError, parse_config
+from snapshotter.config.kafka import choose_client
 
 SOURCE = """
 [source]
@@ -207,11 +211,64 @@ def test_environment_references_in_client_settings() -> None:
 CONFLUENT = KAFKA + 'client = "confluent"\n'
 
 
-def test_the_client_is_kafka_python_unless_chosen() -> None:
-    assert parse(KAFKA).sink.client == "kafka-python"
+def test_the_client_is_auto_unless_chosen() -> None:
+    assert parse(KAFKA).sink.client == "auto"
     assert "sink.client" in refused(KAFKA + 'client = "librdkafka"\n')
     environ = {"SNAPSHOTTER_SINK_CLIENT": "confluent"}
     assert parse(KAFKA, environ).sink.client == "confluent"
+    assert parse(KAFKA, environ).sink.kafka_client == "confluent"
+    pinned = parse(KAFKA + 'client = "kafka-python"\n').sink
+    assert choose_client(pinned.client, pinned.kafka)[0] == "kafka-python"
+    assert pinned.kafka_client == "kafka-python"
+
+
+def test_auto_takes_confluent_when_it_imports() -> None:
+    pytest.importorskip("confluent_kafka")
+    sink = parse(KAFKA).sink
+    assert sink.kafka_client == "confluent"
+    assert choose_client("auto", {})[1] == 'client = "auto": confluent_kafka imports'
+
+
+def test_auto_falls_back_to_kafka_python_when_confluent_does_not_import(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "confluent_kafka", None)  # import raises ImportError
+    sink = parse(KAFKA).sink
+    assert sink.kafka_client == "kafka-python"
+    client, why = choose_client("auto", {})
+    assert client == "kafka-python" and "confluent_kafka does not import" in why
+    # A client named is taken as named (its own errors say when it cannot run).
+    assert parse(KAFKA + 'client = "confluent"\n').sink.kafka_client == "confluent"
+
+
+def test_auto_follows_the_names_of_the_client_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settings written for one client are never read as the other's, whatever imports: a
+    config from before "auto" (kafka-python's names, no client) keeps kafka-python."""
+    python_names = parse(KAFKA + 'kafka = {security_protocol = "PLAINTEXT", linger_ms = 5}\n')
+    assert python_names.sink.kafka_client == "kafka-python"
+    assert "kafka-python's names" in choose_client("auto", python_names.sink.kafka)[1]
+    # Dotted names are librdkafka's: judged by librdkafka, run on confluent.
+    pytest.importorskip("confluent_kafka")
+    dotted = parse(KAFKA + 'kafka = {"linger.ms" = 5}\n').sink
+    assert dotted.kafka_client == "confluent"
+    mixed = refused(KAFKA + 'kafka = {"linger.ms" = 5, linger_ms = 5}\n')
+    assert "linger_ms: not a librdkafka setting (did you mean linger.ms?)" in mixed
+    # Without confluent-kafka, dotted names say how to get it.
+    monkeypatch.setitem(sys.modules, "confluent_kafka", None)
+    missing = refused(KAFKA + 'kafka = {"linger.ms" = 5}\n')
+    assert "pip install confluent-kafka" in missing and 'client = "kafka-python"' in missing
+
+
+def test_the_sink_logs_the_client_it_runs_on(caplog: pytest.LogCaptureFixture) -> None:
+    from snapshotter.sinks.factory import sink_for
+
+    def describe(table: object) -> Any:
+        raise AssertionError("schemas = false: no table is described")
+
+    config = parse(KAFKA + "kafka = {linger_ms = 5}\n")
+    with caplog.at_level(logging.INFO, logger="snapshotter.sinks.factory"):
+        sink_for(config, describe, lambda table: ["id"])  # builds it; connects only on open
+    assert 'kafka sink: the kafka-python client (client = "auto"' in caplog.text
 
 
 def test_confluent_takes_librdkafka_settings() -> None:

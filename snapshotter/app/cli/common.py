@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -19,6 +20,11 @@ from snapshotter.sources.connector import connector_for
 _PIPE_WIDTH = None if sys.stdout.isatty() else 200
 out = Console(highlight=False, soft_wrap=True, width=_PIPE_WIDTH)
 err = Console(stderr=True, highlight=False, soft_wrap=True, width=_PIPE_WIDTH)
+
+
+# -c's file when -c is not given, in the current directory.
+DEFAULT_CONFIG = "snapshotter.toml"
+CONFIG_HELP = f"the TOML configuration file (default: ./{DEFAULT_CONFIG}, when it exists)"
 
 
 class CliError(Exception):
@@ -60,3 +66,17 @@ def connect(config: Config) -> Any:
         return connector_for(config.source).connect()
     except ConnectError as exc:
         raise CliError(str(exc)) from None
+
+
+def config_path(given: str | None) -> str:
+    """The configuration file a command reads: ``-c``'s, else ./snapshotter.toml when it is
+    there; else a usage error (exit 2) that says how to give one."""
+    if given:
+        return given
+    if Path(DEFAULT_CONFIG).is_file():
+        return DEFAULT_CONFIG
+    raise CliError(
+        f"no -c given and no ./{DEFAULT_CONFIG} here ({Path.cwd()}): pass -c <file>, the TOML "
+        "configuration file",
+        code=2,
+    )

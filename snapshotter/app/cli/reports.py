@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from snapshotter.app.cli.common import CliError, Session, err, out
+from snapshotter.common.redact import Redactor
 from snapshotter.config import Config
 from snapshotter.core.state import StateError
 from snapshotter.engine.state_store import StateStore
@@ -47,19 +48,45 @@ def cmd_status(session: Session, args: argparse.Namespace) -> int:
     config = session.load_config(args.config)
     path = state_path(config)
     if args.watch is not None:
-        return _watch_status(config, args, args.watch)
-    report = _status_report(config, args)
+        return _watch_status(config, args, args.watch, session.redact)
+    # Text: a source that does not answer is the error line below, not also a warning.
+    report, unreachable = _read_status(config, args, unreachable_warning=args.json)
+    report = _masked(report, session.redact)
     if args.json:
         out.print_json(json.dumps(report))
+    else:
+        for part in render_status(report, f"snapshots ({path})"):
+            out.print(part)
+    if unreachable is None:
         return 0
-    for part in render_status(report, f"snapshots ({path})"):
-        out.print(part)
-    return 0
+    # The state is the engine's own file and still worth showing, but the source's side
+    # (the log position's health, the lag) is unknown: a monitor must not read exit 0 as
+    # "all checked". One line, what failed and what to fix, the URL's password masked.
+    err.print(
+        f"[red]error:[/red] {escape(session.redact(unreachable))} (status shows the saved "
+        "state only: the stream's lag and log position were not checked)"
+    )
+    return 1
 
 
 def _status_report(config: Config, args: argparse.Namespace) -> dict[str, Any]:
+    """What ``status --watch`` shows at each refresh: a source that does not answer is one
+    of its warnings (watching goes on through an outage)."""
+    return _read_status(config, args)[0]
+
+
+def _masked(report: dict[str, Any], redact: Redactor) -> dict[str, Any]:
+    """``report`` with the configured secrets masked in its warnings (they quote the
+    source's answers)."""
+    return {**report, "warnings": [redact(w) for w in report["warnings"]]}
+
+
+def _read_status(
+    config: Config, args: argparse.Namespace, *, unreachable_warning: bool = True
+) -> tuple[dict[str, Any], str | None]:
     """What ``status`` shows, read now: state (read-only), the stream position's health and
-    lag, the sink's side."""
+    lag, the sink's side; and why the source could not be reached (None: it answered), said
+    among the warnings too unless ``unreachable_warning`` is false."""
     from snapshotter.app.status import status_report
     from snapshotter.app.stream_position import stream_health
     from snapshotter.engine.state_store import state_path
@@ -70,13 +97,14 @@ def _status_report(config: Config, args: argparse.Namespace) -> dict[str, Any]:
         raise CliError(str(exc)) from None
     state = health.state  # as read for the position's health (stream_health says when)
     lag = _lag_bytes(config, state.stream.resume) if health.reachable else None
-    warnings = list(health.warnings)
+    warnings = list(health.warnings) if health.reachable or unreachable_warning else []
     if health.reachable:
         from snapshotter.app.log_coverage import coverage_warnings
         from snapshotter.sources.positions import name_config
 
         warnings += [name_config(w, args.config) for w in coverage_warnings(config, state)]
     report = status_report(state, lag, warnings)
+    report["source_reachable"] = health.reachable
     if config.sink.kind == "spark":
         report["landing"] = _landing_status(config, state.sink)
     if config.sink.kind == "kafka":
@@ -84,10 +112,12 @@ def _status_report(config: Config, args: argparse.Namespace) -> dict[str, Any]:
             "bootstrap_servers": config.sink.bootstrap_servers,
             "acknowledged_messages": int(state.sink.get("messages", 0)),
         }
-    return report
+    return report, health.unreachable
 
 
-def _watch_status(config: Config, args: argparse.Namespace, seconds: float) -> int:
+def _watch_status(
+    config: Config, args: argparse.Namespace, seconds: float, redact: Redactor
+) -> int:
     """``status --watch``: the report again every ``seconds`` until Ctrl-C; in place on a
     terminal (rich Live), else (and with --json) appended, one report per refresh (JSON:
     one document a line)."""
@@ -104,13 +134,14 @@ def _watch_status(config: Config, args: argparse.Namespace, seconds: float) -> i
 
     def view() -> Group:
         now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-        parts = render_status(_status_report(config, args), f"{title} at {now}")
+        # Watching goes on through an outage: the warning says the source did not answer.
+        parts = render_status(_masked(_status_report(config, args), redact), f"{title} at {now}")
         return Group(*parts)
 
     try:
         if args.json:
             while True:
-                text = json.dumps(_status_report(config, args))
+                text = json.dumps(_masked(_status_report(config, args), redact))
                 out.print(text, soft_wrap=True, markup=False, highlight=False)
                 time.sleep(seconds)
         elif out.is_terminal:

@@ -45,13 +45,7 @@ def _signal_data(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_signal(session: Session, args: argparse.Namespace) -> int:
-    if not args.config:
-        raise CliError(
-            "signal needs -c/--config (before or after the signal kind): "
-            f"snapshotter signal {args.kind} ... -c CONFIG",
-            code=2,
-        )
-    config = session.load_config(args.config)
+    config = session.load_config(args.config)  # -c, or ./snapshotter.toml (parser.main)
     # The CLI builds the row and runs it through the same strict parser the engine uses, so
     # a signal the engine would refuse is refused here, before it reaches the table.
     parsed = parse_signal(

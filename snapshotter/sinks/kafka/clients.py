@@ -1,6 +1,6 @@
-"""The Kafka client behind the Kafka sink: kafka-python (the default) or confluent-kafka
-(librdkafka, ``[sink] client = "confluent"``, installed with the ``snapshotter[confluent]``
-extra).
+"""The Kafka client behind the Kafka sink: confluent-kafka (librdkafka, ``[sink] client =
+"confluent"``) or kafka-python (``client = "kafka-python"``); ``"auto"``, the default, picks
+one (``snapshotter.config.kafka.choose_client``: confluent-kafka when it imports).
 
 Both give the sink the same promises: an idempotent producer with ``acks=all`` and at most 5
 requests in flight (so retries neither reorder nor duplicate a partition's messages), keys

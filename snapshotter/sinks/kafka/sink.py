@@ -15,8 +15,9 @@
   reorder nor duplicate messages within a partition.
 * A chunk's READ rows come as one Arrow batch: keys and values are built column-wise
   (:mod:`snapshotter.sinks.batch_json`), the same bytes as per-row events would give.
-* The client is kafka-python or, with ``[sink] client = "confluent"``, confluent-kafka
-  (librdkafka): :mod:`snapshotter.sinks.kafka.clients`, same promises either way.
+* The client is confluent-kafka (librdkafka) or kafka-python, as ``[sink] client`` says
+  (``"auto"``: confluent-kafka when it imports): :mod:`snapshotter.sinks.kafka.clients`, same
+  promises either way.
 * Durability: :meth:`KafkaSink.checkpoint` records the sends made since the previous one and
   does not wait; :meth:`KafkaSink.acknowledged` returns a checkpoint once every send in it
   (and in all before it) was acknowledged by the brokers, so the state records only what
