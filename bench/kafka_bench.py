@@ -462,7 +462,7 @@ def raw_producer(
     crc = pure_python_crc() if pure_crc else contextlib.nullcontext()
     try:
         send = producer.send
-        futures = []
+        futures: list[Any] = []
         append = futures.append
         with crc:
             started = time.perf_counter()

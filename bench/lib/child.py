@@ -33,7 +33,7 @@ from typing import Any
 
 from signals.names import TableId
 from snapshotter.core.events import Op
-from snapshotter.core.window import ReadBatch
+from snapshotter.core.window import ReadBatch, StagedReadBatch
 from snapshotter.sinks.base import Ack, Sink, SinkItem
 
 LANDING_POLL_S = 0.002
@@ -98,6 +98,9 @@ class TimedSink:
             if isinstance(item, ReadBatch):
                 if item.table == self.table:
                     reads += len(item)
+            elif isinstance(item, StagedReadBatch):  # read on executors: rows in files
+                if item.table == self.table:
+                    reads += item.staged.selected
             elif item.op is Op.READ:  # an engine that hands READ rows one by one
                 if item.table == self.table:
                     reads += 1

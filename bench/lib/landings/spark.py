@@ -409,6 +409,7 @@ def child_snapshot(spec: dict[str, Any]) -> dict[str, Any]:
 
     def open_sink(config: Any, describe: Any, key_names: Any) -> Any:
         sink = TimedSparkSink.from_config(config, describe=describe, key_columns=key_names)
+        assert isinstance(sink, TimedSparkSink)  # from_config makes the class it is called on
         sinks.append(sink)
         return sink
 
@@ -835,9 +836,9 @@ def child_landing(spec: dict[str, Any]) -> dict[str, Any]:
         )
         if seq % 10 == 0:
             log(f"{fmt}: batch {seq}, {len(synth.live):,} rows, landing {landed.seconds:.2f} s")
-    current = lander.current_state(SYNTH_TABLE)
+    state = lander.current_state(SYNTH_TABLE)
     t0 = time.perf_counter()
-    got = current.count() if current is not None else 0
+    got = state.count() if state is not None else 0
     read_s = time.perf_counter() - t0
     if got != len(synth.live):
         raise RuntimeError(f"{fmt}: current state {got} rows, the synthesis {len(synth.live)}")

@@ -528,7 +528,7 @@ def engine_snapshots(db_url: str, database: str, rows: int, chunk: int, rounds: 
                     result = inproc.snapshot(capture, rows, CountingSink(), client)
                     times[client].append((result.seconds or 0.0, time.process_time() - cpu))
                 finally:
-                    my_client.default = preferred  # type: ignore[method-assign]
+                    my_client.default = preferred
     lines = [
         f"### MySQL / MariaDB end to end: snapshot of {rows:,} rows -> counting sink, chunk "
         f"{chunk:,}, medians of {rounds} interleaved rounds",

@@ -37,6 +37,7 @@ import argparse
 import contextlib
 import datetime as dt
 import decimal
+import functools
 import os
 import sys
 import time
@@ -422,6 +423,8 @@ def mysqldb_reading(url: str, dialect: MySqlDialect, schema: TableSchema) -> Rea
         return None
     keys = schema.primary_key
     upto = dialect.max_key(schema, keys, None)
+    if upto is None:  # an empty table
+        return None
     sql, params = dialect._statement(ChunkSpec(schema, tuple(keys), None, upto, None, 1000), False)
     conn = mysqldb_connect(url)
     try:
@@ -507,10 +510,10 @@ def same(a: Any, b: Any) -> bool:
     if type(a) is not type(b):
         return False
     if isinstance(a, decimal.Decimal):
-        return a.as_tuple() == b.as_tuple()
+        return bool(a.as_tuple() == b.as_tuple())
     if isinstance(a, dt.datetime):
         # zoneinfo's UTC and datetime.UTC are different objects but the same offset.
-        return a == b and a.utcoffset() == b.utcoffset()
+        return bool(a == b and a.utcoffset() == b.utcoffset())
     return bool(a == b)
 
 
@@ -620,16 +623,20 @@ def main(argv: list[str] | None = None) -> int:
             results.append(best_of(r, lambda: pymysql_fetch_only(url, database, schema)))
             results.append(best_of(r, lambda: pymysql_unbuffered(url, database, schema)))
             for chunk in args.chunks:
-                results.append(best_of(r, lambda c=chunk: dialect_chunks(dialect, schema, c)))
+                results.append(
+                    best_of(r, functools.partial(dialect_chunks, dialect, schema, chunk))
+                )
             results.append(best_of(r, lambda: connectorx_full(url, database, schema, 1)))
             results.append(best_of(r, lambda: connectorx_full(url, database, schema, 2)))
             for chunk in args.chunks:
                 results.append(
-                    best_of(r, lambda c=chunk: connectorx_chunks(url, database, schema, c))
+                    best_of(r, functools.partial(connectorx_chunks, url, database, schema, chunk))
                 )
             results.append(best_of(r, lambda: mysqldb_full(url, database, schema)))
             for chunk in args.chunks:
-                results.append(best_of(r, lambda c=chunk: mysqldb_chunks(url, dialect, schema, c)))
+                results.append(
+                    best_of(r, functools.partial(mysqldb_chunks, url, dialect, schema, chunk))
+                )
         finally:
             dialect.close()
         if not args.no_fidelity:
