@@ -7,6 +7,7 @@ import argparse
 import json
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -45,16 +46,21 @@ def cmd_status(session: Session, args: argparse.Namespace) -> int:
     from snapshotter.engine.state_store import state_path
 
     config = session.load_config(args.config)
-    path = state_path(config)
     if args.watch is not None:
         return _watch_status(config, args, args.watch)
     report = _status_report(config, args)
     if args.json:
         out.print_json(json.dumps(report))
         return 0
-    for part in render_status(report, f"snapshots ({path})"):
+    verbose = bool(getattr(args, "verbose", False))
+    for part in render_status(report, shown_path(state_path(config)), verbose=verbose):
         out.print(part)
     return 0
+
+
+def shown_path(path: Path) -> str:
+    """A path as ``status`` prints it: absolute, without ``..`` or symlinks in it."""
+    return str(path.resolve())
 
 
 def _status_report(config: Config, args: argparse.Namespace) -> dict[str, Any]:
@@ -100,11 +106,12 @@ def _watch_status(config: Config, args: argparse.Namespace, seconds: float) -> i
     from snapshotter.app.status import render_status
     from snapshotter.engine.state_store import state_path
 
-    title = f"snapshots ({state_path(config)})"
+    path = shown_path(state_path(config))
+    verbose = bool(getattr(args, "verbose", False))
 
     def view() -> Group:
-        now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-        parts = render_status(_status_report(config, args), f"{title} at {now}")
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        parts = render_status(_status_report(config, args), path, at=now, verbose=verbose)
         return Group(*parts)
 
     try:
