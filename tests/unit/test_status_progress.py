@@ -11,12 +11,14 @@ from typing import Any
 
 import pytest
 from rich.console import Console
+from rich.progress import Progress
+from rich.text import Text
 
 from signals.names import TableId
 from snapshotter.app import cli
 from snapshotter.app.cli import reports
 from snapshotter.app.cli.common import Session
-from snapshotter.app.progress import bar_fields
+from snapshotter.app.progress import MarkColumn, RunBoard, StateBarColumn, bar_fields, summary_lines
 from snapshotter.app.status import (
     LEGEND,
     count_text,
@@ -28,7 +30,7 @@ from snapshotter.app.status import (
     took_text,
 )
 from snapshotter.config import Config, parse_config
-from snapshotter.core.state import EngineState, TableProgress
+from snapshotter.core.state import EngineState, SnapshotStatus, TableProgress
 
 START = 1_700_000_000_000  # 2023-11-14T22:13:20Z
 
@@ -240,6 +242,60 @@ def test_the_run_bar_has_a_total_only_when_the_estimate_is_usable() -> None:
     completed, total, fields = bar_fields(done)
     assert completed == total == 12 and fields["state"] == "done"
     assert bar_fields(progress("a", 5, 10, condition="x"))[2]["rows"] == "5 / <=10 rows read"
+
+
+def finished(name: str, signal: str, status: SnapshotStatus, at_ms: int | None) -> TableProgress:
+    p = progress(name, 10, 100)
+    p.signal_id = signal
+    if status is SnapshotStatus.DONE:
+        p.chunk_done(last_key=(10_000,), selected=0, emitted=0, chunk_size=5)
+    elif status is SnapshotStatus.FAILED:
+        p.fail("the source went away")
+    else:
+        p.stop()
+    p.finished_ms = at_ms
+    return p
+
+
+RUN_BEGAN = START + 3_600_000
+
+
+def earlier_and_this_run() -> EngineState:
+    return state(
+        finished("old", "a", SnapshotStatus.DONE, START),  # an earlier run's
+        finished("older", "b", SnapshotStatus.DONE, None),  # from before end times
+        finished("old", "c", SnapshotStatus.FAILED, START + 5),
+        progress("resumed", 5, 100),  # unfinished: this run goes on with it
+        finished("now", "d", SnapshotStatus.DONE, RUN_BEGAN + 10),
+        finished("broken", "e", SnapshotStatus.FAILED, RUN_BEGAN + 20),
+    )
+
+
+def test_the_run_shows_only_its_own_snapshots_and_no_bar_for_a_failed_one() -> None:
+    console = Console(record=True, width=200, file=open("/dev/null", "w"))  # noqa: SIM115
+    bar = StateBarColumn()
+    board = RunBoard(Progress(MarkColumn(), bar, console=console), RUN_BEGAN)
+    board.update(earlier_and_this_run())
+    tasks = {t.description: t for t in board.progress.tasks}
+    assert list(tasks) == ["public.resumed", "public.now", "public.broken"]
+    broken = tasks["public.broken"]
+    assert broken.stop_time is not None  # its time stopped
+    assert bar.render(broken) == Text("failed", style="red")  # not a pulsing bar
+    assert MarkColumn().render(broken) == Text("✗", style="red")
+    assert not isinstance(bar.render(tasks["public.resumed"]), Text)  # a bar
+    stopped_at = broken.stop_time
+    board.update(earlier_and_this_run())
+    assert broken.stop_time == stopped_at  # stopped once, not again at each update
+
+
+def test_the_end_of_run_summary_is_this_runs() -> None:
+    lines = summary_lines(earlier_and_this_run().snapshots, RUN_BEGAN)
+    assert lines == [
+        "public.resumed (signal s): running, 4 rows, 3 chunks",
+        "public.now (signal d): done, 9 rows, 4 chunks, took 1h00m",
+        "public.broken (signal e): failed, 9 rows, 3 chunks, took 1h00m",
+        "  error: the source went away",
+    ]
 
 
 # --- status --watch ---------------------------------------------------------------------------
