@@ -382,7 +382,7 @@ def _stream_lines(stream: dict[str, Any], verbose: bool) -> list[Text]:
     lines = [Text(f"stream: restarts from {stream['restart']}")]
     lag = stream["lag_bytes"]
     if lag is None:
-        lines.append(Text("lag: unknown (the source is unreachable, or does not measure it)"))
+        lines.append(Text("lag: unknown (the source is unreachable, or the distance is not known)"))
     else:
         lines.append(
             Text(f"lag: {size_text(lag)} of log written after that point, not yet confirmed")
