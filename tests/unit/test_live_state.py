@@ -1,7 +1,10 @@
-"""engine/live_state.py: a snapshot that finishes records when (``finished_ms``), by the
-engine's wall clock, whichever way it finishes."""
+"""A snapshot's end time (``finished_ms``): engine/live_state.py records it, by the engine's
+wall clock, whichever way the snapshot finishes; a state file written before it was recorded
+still reads."""
 
 from __future__ import annotations
+
+import json
 
 from signals.names import TableId
 from snapshotter.core.spans import SpanDone
@@ -47,3 +50,14 @@ def test_a_failure_records_its_time_once() -> None:
     state.wall_ms = lambda: WALL + 1_000
     assert not state.snapshot_failed(progress, "again")  # finished already: unchanged
     assert progress.finished_ms == WALL and progress.error == "boom"
+
+
+def test_a_state_written_before_end_times_were_recorded_still_reads() -> None:
+    """``finished_ms`` is optional: a version-1 file without it reads as "not recorded"."""
+    state, progress = live()
+    start(state, progress, None)
+    raw = json.loads(state.state.to_json())
+    assert raw["version"] == 1 and raw["snapshots"][0]["finished_ms"] == WALL
+    del raw["snapshots"][0]["finished_ms"]
+    assert EngineState.from_dict(raw).snapshots[0].finished_ms is None
+    assert EngineState.from_json(state.state.to_json()) == state.state

@@ -139,19 +139,6 @@ def test_non_ascii_is_written_as_is() -> None:
     assert EngineState.from_json(state.to_json()) == state
 
 
-def test_a_state_written_before_end_times_were_recorded_still_reads() -> None:
-    """``finished_ms`` is optional: a version-1 file without it reads as "not recorded"."""
-    state = sample_state()
-    state.snapshots[2].finished_ms = 1_700_000_000_000
-    raw = json.loads(state.to_json())
-    assert raw["snapshots"][2]["finished_ms"] == 1_700_000_000_000
-    for snapshot in raw["snapshots"]:
-        del snapshot["finished_ms"]
-    old = EngineState.from_dict(raw)
-    assert [p.finished_ms for p in old.snapshots] == [None, None, None]
-    assert EngineState.from_json(state.to_json()) == state
-
-
 def test_empty_state_round_trips() -> None:
     state = EngineState()
     assert EngineState.from_json(state.to_json()) == state
