@@ -16,6 +16,7 @@ the saved state, the same for every source.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +79,7 @@ def reset_state(
         if not progress.status.finished:
             progress.stop()
             progress.error = reason
+            progress.finished_ms = time.time_ns() // 1_000_000
             stopped.append(str(progress.table))
     state.processed_signals = {
         sid: token for sid, token in state.processed_signals.items() if token <= position.token

@@ -111,6 +111,10 @@ class TableProgress(_Model):
     # unknown), and when it started (epoch ms): for progress, rate and ETA (core.eta).
     estimated_rows: int | None = None
     started_ms: int | None = None
+    # When it finished (done, stopped or failed; epoch ms): for its duration in ``status``
+    # and to tell a run's own snapshots from earlier ones. None: unfinished, or finished in
+    # a state written before this was recorded.
+    finished_ms: int | None = None
     error: str | None = None
 
     def _require(self, *allowed: SnapshotStatus, action: str) -> None:

@@ -10,7 +10,8 @@ checkpointer's. Signal actions change snapshots only while a signal is handled, 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
 from typing import Any
 
@@ -29,9 +30,15 @@ class Changed(Enum):
     SNAPSHOTS = "snapshots"  # a snapshot started, moved on, finished or failed
 
 
+def _epoch_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
 class LiveState:
-    def __init__(self, state: EngineState) -> None:
+    def __init__(self, state: EngineState, wall_ms: Callable[[], int] = _epoch_ms) -> None:
         self.state = state
+        # The epoch-ms clock of the snapshots' end times in state (``finished_ms``).
+        self.wall_ms = wall_ms
         self._changed: set[Changed] = set()
         self._in_transaction = False  # a transaction's changes are being handed over
         self.boundary: Mapping[str, Any] | None = None  # resume point of the last txn end
@@ -100,6 +107,7 @@ class LiveState:
         progress.estimated_rows = estimated_rows
         progress.started_ms = started_ms
         progress.start(max_key)
+        self._stamp_finished(progress)  # an empty table is done at its start
         self._changed.add(Changed.SNAPSHOTS)
 
     def spans_done(
@@ -114,6 +122,7 @@ class LiveState:
                 chunk_size=chunk_size,
                 final=span.final,
             )
+        self._stamp_finished(progress)
         self._changed.add(Changed.SNAPSHOTS)
 
     def snapshot_failed(self, progress: TableProgress, error: str) -> bool:
@@ -122,4 +131,10 @@ class LiveState:
         if progress.status.finished:
             return False
         progress.fail(error)
+        self._stamp_finished(progress)
         return True
+
+    def _stamp_finished(self, progress: TableProgress) -> None:
+        """A snapshot that has just finished records when (``status`` shows its duration)."""
+        if progress.status.finished and progress.finished_ms is None:
+            progress.finished_ms = self.wall_ms()

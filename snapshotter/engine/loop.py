@@ -91,7 +91,7 @@ class Engine:
         self.state = store.load()
         self.state.prune_history()  # a state file from before history was bounded
         # Every change worth a checkpoint goes through it, marked (engine.live_state).
-        self._live = LiveState(self.state)
+        self._live = LiveState(self.state, context.wall_ms)
         self._outcome = RunOutcome()
         self._scheduler = Scheduler(
             chunk_size=source.chunk_size,

@@ -12,6 +12,7 @@ an action can be tried alone with a context of fakes.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
@@ -61,6 +62,8 @@ class SignalContext:
     # The engine's own tables besides the signal table (the notification table) -> what it
     # is: never snapshotted.
     own_tables: Mapping[TableId, str] = field(default_factory=dict)
+    # The epoch-ms clock of a snapshot's end time in state (``finished_ms``).
+    wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000
 
 
 class SignalAction(Protocol):
@@ -148,6 +151,7 @@ class ExecuteSnapshotAction(_Action[ExecuteSnapshot]):
                 table=table, signal_id=signal.id, surrogate_key=signal.surrogate_key
             )
             progress.fail(reason)
+            progress.finished_ms = context.wall_ms()
             state.snapshots.append(progress)
         for table, reason in plan.refused[:SHOWN_TABLES]:
             log.error("snapshot of %s refused: %s", table, reason)
@@ -200,6 +204,7 @@ class StopSnapshotAction(_Action[StopSnapshot]):
         stopped: set[tuple[str, TableId]] = set()
         for progress in self._matching(signal.data_collections):
             progress.stop()
+            progress.finished_ms = context.wall_ms()
             context.drop_run(progress)
             stopped.add((progress.signal_id, progress.table))
             log.info("snapshot of %s stopped by signal %s", progress.table, signal.id)

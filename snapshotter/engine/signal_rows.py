@@ -66,6 +66,7 @@ class SignalRows:
                 signal_table=scope.signal_table,
                 default_schema=scope.default_schema,
                 own_tables=scope.own_tables,
+                wall_ms=live.wall_ms,
             )
         )
 

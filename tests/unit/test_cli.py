@@ -109,5 +109,5 @@ def test_status_exits_1_when_the_source_does_not_answer(
         assert report["source_reachable"] is False and report["snapshots"] == []
         assert report["warnings"][0].startswith("could not check the replication slot at")
     else:  # the state is printed, the reason once (on stderr, not again as a warning)
-        assert "snapshots (" in said.out and "stream position" in said.out
+        assert "state file: " in said.out and "stream: " in said.out
         assert "warning:" not in said.out

@@ -386,6 +386,8 @@ def test_the_start_records_the_row_estimate_and_the_start_time(tmp_path: Path) -
     (progress,) = run.store.load().snapshots
     assert progress.estimated_rows == 10 and progress.rows_read == 10
     assert progress.started_ms == WALL + 7_050  # the answer came at the second step
+    # ... and its end, for its duration in status (the wall clock as the last chunk closed)
+    assert progress.finished_ms is not None and progress.finished_ms > progress.started_ms
 
 
 def test_a_failing_estimate_never_fails_the_snapshot(tmp_path: Path, caplog: Any) -> None:

@@ -64,6 +64,9 @@ class Engine:
         self.added += 1
 
 
+WALL_MS = 1_700_000_000_000  # the actions' wall clock (a snapshot's end time in state)
+
+
 def context(engine: Engine, state: EngineState, outcome: RunOutcome) -> SignalContext:
     return SignalContext(
         state=state,
@@ -78,6 +81,7 @@ def context(engine: Engine, state: EngineState, outcome: RunOutcome) -> SignalCo
         captured_text="['s.*']",
         signal_table=SIGNALS,
         default_schema="s",
+        wall_ms=lambda: WALL_MS,
     )
 
 
@@ -141,6 +145,7 @@ def test_execute_snapshot_of_a_table_that_exists_nowhere_fails_it(setup: Setup) 
     ghost = TableId("x", "ghost")
     actions.dispatch(ExecuteSnapshot("e2", (ghost,)), AT)
     assert {p.table: p.status for p in state.snapshots} == {ghost: SnapshotStatus.FAILED}
+    assert state.snapshots[0].finished_ms == WALL_MS  # status tells it from older ones
     assert outcome.touched("e2")
 
 
@@ -170,6 +175,7 @@ def test_stop_snapshot_stops_the_named_tables_and_cancels_their_reads(setup: Set
     actions.dispatch(StopSnapshot("x1", (A,)), AT)
     statuses = {p.table: p.status for p in state.snapshots}
     assert statuses == {A: SnapshotStatus.STOPPED, B: SnapshotStatus.PENDING}
+    assert [p.finished_ms for p in state.snapshots] == [WALL_MS, None]  # when it stopped
     assert engine.dropped == [A]
     (cancel,) = engine.cancels
     assert cancel(StartTask(A, "e1", None, None, known_max_key=False))

@@ -311,6 +311,7 @@ def test_reset_state_stops_unfinished_snapshots_and_keeps_the_rest() -> None:
         SnapshotStatus.STOPPED
     ] * 2
     assert state.snapshots[1].error == "stopped by reset-stream" and done.error is None
+    assert done.finished_ms is None and state.snapshots[1].finished_ms is not None  # stopped now
     assert state.stream.resume == {"lsn": 0x500} and state.stream.position == new.token
     assert state.sink == {"offset": 1234}
     # A signal recorded past the new start (a log reset numbers positions anew) would hide

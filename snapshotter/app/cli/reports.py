@@ -7,6 +7,7 @@ import argparse
 import json
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -46,7 +47,6 @@ def cmd_status(session: Session, args: argparse.Namespace) -> int:
     from snapshotter.engine.state_store import state_path
 
     config = session.load_config(args.config)
-    path = state_path(config)
     if args.watch is not None:
         return _watch_status(config, args, args.watch, session.redact)
     # Text: a source that does not answer is the error line below, not also a warning.
@@ -55,7 +55,8 @@ def cmd_status(session: Session, args: argparse.Namespace) -> int:
     if args.json:
         out.print_json(json.dumps(report))
     else:
-        for part in render_status(report, f"snapshots ({path})"):
+        verbose = bool(getattr(args, "verbose", False))
+        for part in render_status(report, shown_path(state_path(config)), verbose=verbose):
             out.print(part)
     if unreachable is None:
         return 0
@@ -67,6 +68,11 @@ def cmd_status(session: Session, args: argparse.Namespace) -> int:
         "state only: the stream's lag and log position were not checked)"
     )
     return 1
+
+
+def shown_path(path: Path) -> str:
+    """A path as ``status`` prints it: absolute, without ``..`` or symlinks in it."""
+    return str(path.resolve())
 
 
 def _status_report(config: Config, args: argparse.Namespace) -> dict[str, Any]:
@@ -130,12 +136,14 @@ def _watch_status(
     from snapshotter.app.status import render_status
     from snapshotter.engine.state_store import state_path
 
-    title = f"snapshots ({state_path(config)})"
+    path = shown_path(state_path(config))
+    verbose = bool(getattr(args, "verbose", False))
 
     def view() -> Group:
-        now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         # Watching goes on through an outage: the warning says the source did not answer.
-        parts = render_status(_masked(_status_report(config, args), redact), f"{title} at {now}")
+        report = _masked(_status_report(config, args), redact)
+        parts = render_status(report, path, at=now, verbose=verbose)
         return Group(*parts)
 
     try:

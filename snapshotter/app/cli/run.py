@@ -7,7 +7,6 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from signals.display import printable
 from snapshotter.app.cli.common import CliError, Session, err, out
 from snapshotter.common.errors import explain
 from snapshotter.common.redact import RedactingFilter
@@ -22,7 +21,7 @@ def cmd_run(session: Session, args: argparse.Namespace) -> int:
     if args.command == "resume":
         _announce_resume(config)
     from snapshotter.app.metrics import serve_metrics, with_port
-    from snapshotter.app.progress import live_progress
+    from snapshotter.app.progress import epoch_ms, live_progress
     from snapshotter.app.runner import StopFlag, run_engine
     from snapshotter.engine.state_store import StateLockedError
     from snapshotter.engine.watchdog import LogCoverageError
@@ -31,13 +30,16 @@ def cmd_run(session: Session, args: argparse.Namespace) -> int:
     from snapshotter.sources.positions import StreamPositionLost
     from snapshotter.sources.setup_common import SetupError
 
+    since_ms = epoch_ms()  # this run's snapshots: unfinished, or finished since
     stop = StopFlag()
     stop.install(config.state.shutdown_timeout_s)  # a stop ends the process within this
     try:
         config = with_port(config, args.metrics_port)
         with (
             live_progress(
-                verbose=args.verbose, log_filter=RedactingFilter(session.redact)
+                verbose=args.verbose,
+                log_filter=RedactingFilter(session.redact),
+                since_ms=since_ms,
             ) as on_progress,
             serve_metrics(config) as metrics,
         ):
@@ -65,7 +67,7 @@ def cmd_run(session: Session, args: argparse.Namespace) -> int:
         raise CliError(explain(exc, config.source.url).text) from None
     finally:
         stop.uninstall()
-    _print_summary(config)
+    _print_summary(config, since_ms)
     return code
 
 
@@ -123,15 +125,16 @@ def _announce_resume(config: Config) -> None:
             )
 
 
-def _print_summary(config: Config) -> None:
+def _print_summary(config: Config, since_ms: int) -> None:
+    """This run's snapshots (``progress.summary_lines``): the earlier ones are ``status``'s."""
+    from snapshotter.app.progress import summary_lines
     from snapshotter.engine.state_store import state_path
 
     path = state_path(config)
     if not path.exists():
         return
-    for p in StateStore(path).load().snapshots:
-        line = f"{p.table}: {p.status.value}, {p.rows_emitted} rows, {p.chunk_id} chunks"
-        err.print(escape(printable(line + (f" ({p.error})" if p.error else ""))))
+    for line in summary_lines(StateStore(path).load().snapshots, since_ms):
+        err.print(escape(line))
 
 
 def port(text: str) -> int:

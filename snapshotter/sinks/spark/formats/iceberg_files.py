@@ -146,8 +146,12 @@ def _commit_files(spark: SparkSession, name: str, files: Sequence[Path]) -> bool
         mapping = iceberg.mapping.NameMappingParser.fromJson(mapping_json)
     metrics_config = iceberg.MetricsConfig.forTable(table)
     append = table.newAppend()
+    # The files' paths as Iceberg's own writers record them here ("file:/..." under a
+    # table located at "file:/..."): a path without a scheme would be resolved against
+    # whatever default file system a later reader has (HDFS's on a cluster).
+    scheme = "file:" if str(table.location()).startswith("file:") else ""
     for path in files:
-        location = str(path)
+        location = f"{scheme}{path}"
         metrics = iceberg.parquet.ParquetUtil.fileMetrics(
             table.io().newInputFile(location), metrics_config, mapping
         )
