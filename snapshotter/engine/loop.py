@@ -32,11 +32,12 @@ from snapshotter.core.position import Position
 from snapshotter.engine.caught_up import CaughtUp
 from snapshotter.engine.checkpointer import Checkpointer, SaveObserver
 from snapshotter.engine.context import EngineContext, KeyColumns, OpenReader
+from snapshotter.engine.failures import Failures
 from snapshotter.engine.key_catalog import KeyCatalog
 from snapshotter.engine.live_state import LiveState
 from snapshotter.engine.outcome import RunOutcome
 from snapshotter.engine.retry import SourceRetry, server_of
-from snapshotter.engine.scheduler import Scheduler, TableRun
+from snapshotter.engine.scheduler import Scheduler
 from snapshotter.engine.signal_cleanup import WatermarkCleanup
 from snapshotter.engine.signal_rows import SignalRows
 from snapshotter.engine.stats import EngineStats
@@ -138,6 +139,7 @@ class Engine:
             else None
         )
         self.stats = EngineStats()
+        self._failures = Failures(self._live, self._scheduler, self.stats)
         self._signals = SignalRows(
             config=config,
             live=self._live,
@@ -145,7 +147,7 @@ class Engine:
             retry=self._retry,
             scheduler=self._scheduler,
             outcome=self._outcome,
-            stats=self.stats,
+            failures=self._failures,
             cancel_tasks=lambda matches: self._workers.cancel(matches),
             snapshots_added=self._refresh_unfinished_keys,
         )
@@ -157,8 +159,7 @@ class Engine:
             retry=self._retry,
             cleanup=self._cleanup,
             output=self._output,
-            fail=self._fail,
-            problem=self._signals.problem,
+            failures=self._failures,
             signal_table=self._signal_table,
             stats=self.stats,
             clock=clock,
@@ -410,7 +411,7 @@ class Engine:
             if run.progress.status.finished:
                 continue
             if shape.columns != run.schema.signature():
-                self._fail(
+                self._failures.snapshot(
                     run,
                     "the table's columns changed while its snapshot ran "
                     f"({_shape_change(run.schema.signature(), shape.columns)}); chunk rows "
@@ -421,12 +422,6 @@ class Engine:
             log.info("%s: columns changed in the log", shape.table)
 
     # ---------------------------------------------------------------- snapshots
-
-    def _fail(self, run: TableRun, error: str) -> None:
-        if self._live.snapshot_failed(run.progress, error):
-            self.stats.errors["snapshot"] += 1
-        self._scheduler.drop_run(run.progress)
-        log.error("snapshot of %s failed: %s", run.progress.table, error)
 
 
 def _shape_change(old: Sequence[tuple[str, int]], new: Sequence[tuple[str, int]]) -> str:

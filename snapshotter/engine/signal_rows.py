@@ -12,15 +12,13 @@ from signals import SignalError, Watermark, parse_signal
 from signals.names import TableId
 from snapshotter.config import Config
 from snapshotter.core.events import ChangeEvent
-from snapshotter.core.position import Position
-from snapshotter.core.state import SignalProblem
+from snapshotter.engine.failures import Failures
 from snapshotter.engine.live_state import LiveState
 from snapshotter.engine.outcome import RunOutcome
 from snapshotter.engine.retry import SourceRetry, SourceUnavailableError
 from snapshotter.engine.scheduler import Scheduler
 from snapshotter.engine.signal_actions import SignalActions, SignalContext
 from snapshotter.engine.snapshot_scope import snapshot_scope
-from snapshotter.engine.stats import EngineStats
 from snapshotter.engine.workers import Task
 from snapshotter.sources.base import Dialect
 
@@ -37,7 +35,7 @@ class SignalRows:
         retry: SourceRetry,
         scheduler: Scheduler,
         outcome: RunOutcome,
-        stats: EngineStats,
+        failures: Failures,
         cancel_tasks: Callable[[Callable[[Task], bool]], None],
         snapshots_added: Callable[[], None],
     ) -> None:
@@ -46,14 +44,14 @@ class SignalRows:
         self._live = live
         self._state = state = live.state
         self._dialect = dialect
-        self._stats = stats
+        self._failures = failures
         # What execute-snapshot is planned against: the config's, as `signal` checks it.
         scope = snapshot_scope(config.source, config.own_tables)
         self._actions = SignalActions.default(
             SignalContext(
                 state=state,
                 outcome=outcome,
-                problem=self.problem,
+                problem=failures.signal,
                 list_tables=lambda: retry.wait_out(
                     "listing tables for execute-snapshot", dialect.list_tables, dialect.is_transient
                 ),
@@ -83,7 +81,9 @@ class SignalRows:
         if isinstance(signal, Watermark):
             return signal
         if isinstance(signal, SignalError):
-            self.problem(signal.signal_id, signal.signal_type, signal.problem, event.position)
+            self._failures.signal(
+                signal.signal_id, signal.signal_type, signal.problem, event.position
+            )
             return None
         if self._state.was_processed(signal.id, event.position):
             return None
@@ -97,26 +97,10 @@ class SignalRows:
             # A bug met by one signal must not end the stream: the same row would be read
             # again, and end it again, after every restart.
             log.exception("signal %s could not be handled", signal.id)
-            self.problem(signal.id, signal.type.value, f"internal error: {exc!r}", event.position)
-        return None
-
-    def problem(
-        self,
-        signal_id: str,
-        kind: str,
-        message: str,
-        position: Position,
-        level: int = logging.ERROR,
-    ) -> None:
-        """A signal the engine cannot act on (fully or in part): logged and kept in state for
-        ``status``; the stream goes on."""
-        log.log(level, "signal %s (%s): %s", signal_id, kind, message)
-        self._stats.errors["signal"] += 1
-        self._live.problem_kept(
-            SignalProblem(
-                signal_id=signal_id, signal_type=kind, message=message, position=position.token
+            self._failures.signal(
+                signal.id, signal.type.value, f"internal error: {exc!r}", event.position
             )
-        )
+        return None
 
     def _relation_kinds(self, tables: Sequence[TableId]) -> Mapping[TableId, str]:
         """Why names the listing lacks are not tables (a view, ...): only for the message,

@@ -19,6 +19,7 @@ from typing import Any
 
 from snapshotter.core.spans import SpanRead
 from snapshotter.core.state import SnapshotStatus
+from snapshotter.engine.failures import Failures
 from snapshotter.engine.key_catalog import KeyCatalog
 from snapshotter.engine.live_state import LiveState
 from snapshotter.engine.retry import SourceRetry
@@ -38,7 +39,6 @@ from snapshotter.sources.base import TableSchema
 log = logging.getLogger("snapshotter.engine")
 
 RowConverter = Callable[[dict[str, Any]], dict[str, Any]]
-Fail = Callable[[TableRun, str], None]  # the table's snapshot fails with this error
 
 
 class TaskAnswers:
@@ -50,7 +50,7 @@ class TaskAnswers:
         keys: KeyCatalog,
         retry: SourceRetry,
         row_converter: Callable[[TableSchema], RowConverter | None],
-        fail: Fail,
+        failures: Failures,
         cleanup: WatermarkCleanup | None,
         now_ms: Callable[[], int],
     ) -> None:
@@ -60,7 +60,7 @@ class TaskAnswers:
         self._keys = keys
         self._retry = retry
         self._row_converter = row_converter
-        self._fail = fail
+        self._failures = failures
         self._cleanup = cleanup  # deletes the watermark rows of windows that are over
         self._now_ms = now_ms  # wall clock, epoch ms (a snapshot's start time in state)
 
@@ -102,7 +102,7 @@ class TaskAnswers:
             elif result.transient:
                 self._retry_task(run, result)
             else:
-                self._fail(run, result.error)
+                self._failures.snapshot(run, result.error)
             return
         if isinstance(result, TableStarted):
             self._started(run, result)
@@ -150,7 +150,7 @@ class TaskAnswers:
                 log.info("snapshot of %s done: no rows to read", task.table)
                 self._scheduler.drop_run(progress)
         elif tuple(progress.key_columns) != result.key_columns:
-            self._fail(
+            self._failures.snapshot(
                 run,
                 f"its key is now ({', '.join(result.key_columns)}) but the snapshot "
                 f"was paging by ({', '.join(progress.key_columns)})",

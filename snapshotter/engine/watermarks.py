@@ -11,7 +11,6 @@ per table snapshot, then that snapshot fails. The stream goes on either way.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 from signals import Watermark
 from signals.model import WatermarkKind
@@ -19,7 +18,8 @@ from signals.names import TableId
 from snapshotter.core.position import Position
 from snapshotter.core.state import EngineState
 from snapshotter.core.window import WatermarkVerdict
-from snapshotter.engine.scheduler import Flight, Scheduler, TableRun
+from snapshotter.engine.failures import Failures
+from snapshotter.engine.scheduler import Flight, Scheduler
 from snapshotter.engine.signal_cleanup import WatermarkCleanup
 
 log = logging.getLogger("snapshotter.engine")
@@ -28,11 +28,6 @@ log = logging.getLogger("snapshotter.engine")
 # is read again under a new id, up to this many times per table snapshot; then it fails.
 FORGED_WINDOWS_MAX = 3
 
-# A row the engine does not act on: (row id, row type, message, position, log level); logged
-# and kept in state for ``status``.
-KeepWatermarkProblem = Callable[[str, str, str, Position, int], None]
-Fail = Callable[[TableRun, str], None]  # the table's snapshot fails with this error
-
 
 class WatermarkRows:
     def __init__(
@@ -40,15 +35,13 @@ class WatermarkRows:
         *,
         state: EngineState,
         scheduler: Scheduler,
-        problem: KeepWatermarkProblem,
-        fail: Fail,
+        failures: Failures,
         cleanup: WatermarkCleanup | None,
         signal_table: TableId,
     ) -> None:
         self._state = state
         self._scheduler = scheduler
-        self._problem = problem
-        self._fail = fail
+        self._failures = failures
         self._cleanup = cleanup  # deletes the watermark rows of windows that are over
         self._signal_table = signal_table
         # Watermark rows that were not the engine's own, and cost a window, per table
@@ -112,21 +105,21 @@ class WatermarkRows:
             and not progress.status.finished
         )
         if verdict is WatermarkVerdict.STRAY or progress is None or not live:
-            self._problem(watermark.id, watermark.type.value, what, at, logging.WARNING)
+            self._failures.signal(watermark.id, watermark.type.value, what, at, logging.WARNING)
             return
         key = f"{task.signal_id}\x00{task.table}"
         count = self._forged[key] = self._forged.get(key, 0) + 1
         run = self._scheduler.run_of(progress)
         if count > FORGED_WINDOWS_MAX:
-            self._problem(watermark.id, watermark.type.value, what, at, logging.WARNING)
-            self._fail(
+            self._failures.signal(watermark.id, watermark.type.value, what, at, logging.WARNING)
+            self._failures.snapshot(
                 run,
                 f"{count} watermark rows not written by the engine took the ids of its chunk "
                 f"windows: something inserts snapshot-window rows into the signal table "
                 f"{self._signal_table}; stop it, then send execute-snapshot again",
             )
             return
-        self._problem(
+        self._failures.signal(
             watermark.id,
             watermark.type.value,
             f"{what}; the chunk is read again under a new window",

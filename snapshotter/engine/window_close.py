@@ -25,6 +25,7 @@ from snapshotter.core.state import EngineState, SnapshotStatus
 from snapshotter.core.visibility import RecentTransactions
 from snapshotter.core.window import StagedReadBatch, WindowOrderError
 from snapshotter.engine.context import epoch_ms
+from snapshotter.engine.failures import Failures
 from snapshotter.engine.key_catalog import KeyCatalog
 from snapshotter.engine.live_state import LiveState
 from snapshotter.engine.retry import SourceRetry
@@ -33,7 +34,7 @@ from snapshotter.engine.signal_cleanup import WatermarkCleanup
 from snapshotter.engine.start_guard import StartGuardWait
 from snapshotter.engine.stats import EngineStats
 from snapshotter.engine.task_answers import TaskAnswers
-from snapshotter.engine.watermarks import KeepWatermarkProblem, WatermarkRows
+from snapshotter.engine.watermarks import WatermarkRows
 from snapshotter.engine.workers import ChunkTask, WorkerPool
 from snapshotter.sinks.base import Sink, SinkItem
 from snapshotter.sources.base import Dialect
@@ -42,7 +43,6 @@ from snapshotter.sources.log import Change, Commit
 log = logging.getLogger("snapshotter.engine")
 
 REPORT_INTERVAL_S = 5.0
-Fail = Callable[[TableRun, str], None]  # the table's snapshot fails with this error
 
 
 class Output:
@@ -79,8 +79,7 @@ class Windows:
         retry: SourceRetry,
         cleanup: WatermarkCleanup | None,
         output: Output,
-        fail: Fail,
-        problem: KeepWatermarkProblem,
+        failures: Failures,
         signal_table: TableId,
         stats: EngineStats,
         clock: Callable[[], float],
@@ -107,20 +106,19 @@ class Windows:
             keys=keys,
             retry=retry,
             row_converter=dialect.row_converter,
-            fail=fail,
+            failures=failures,
             cleanup=cleanup,
             now_ms=wall_ms,
         )
         self._watermarks = WatermarkRows(
             state=state,
             scheduler=scheduler,
-            problem=problem,
-            fail=fail,
+            failures=failures,
             cleanup=cleanup,
             signal_table=signal_table,
         )
         self._output = output
-        self._fail = fail
+        self._failures = failures
         self._stats = stats
         self._clock = clock
         self._wall_ms = wall_ms
@@ -166,7 +164,7 @@ class Windows:
             except ValueError as exc:  # WindowKeyError: the log's key does not fit the chunk's
                 progress = self._state.progress(event.table)
                 if progress is not None:
-                    self._fail(self._scheduler.run_of(progress), str(exc))
+                    self._failures.snapshot(self._scheduler.run_of(progress), str(exc))
 
     def take_answers(self) -> None:
         """What the workers answered since last asked changes the plans (``task_answers``)."""
@@ -218,7 +216,7 @@ class Windows:
             batch = window.close(event.position)
         except (ValueError, WindowOrderError) as exc:  # WindowKeyError: log keys that do not
             # fit the chunk's; an ordering error (a bug): that snapshot fails, not the engine
-            self._fail(run, str(exc))
+            self._failures.snapshot(run, str(exc))
             return
         # Keep the workers busy: hand them the next chunks before building this one's events.
         # (This also takes in the span's bound or read answer, if the log was faster: both
