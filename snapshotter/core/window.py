@@ -148,9 +148,6 @@ class ReadBatch:
         rows: int = self.rows.num_rows
         return rows
 
-    def row_position(self, index: int) -> Position:
-        return self.position.read_row(index)
-
     def stamped(self, close_source: Source, ts_ms: int, convert: RowConvert | None) -> ReadBatch:
         """The batch as it goes to the sink: ``close_source`` is the close watermark's."""
         return replace(

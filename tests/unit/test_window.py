@@ -542,7 +542,7 @@ def test_read_events() -> None:
     ]
     assert [e.position for e in events] == [Position(20, 5, i) for i in range(3)]
     assert [e.position for e in events] == [CLOSE_AT.read_row(i) for i in range(3)]
-    assert [batch.row_position(i) for i in range(3)] == [e.position for e in events]
+    assert [batch.position.read_row(i) for i in range(3)] == [e.position for e in events]
     next_event = Position(20, 6)
     for e in events:
         assert e.op is Op.READ
