@@ -89,11 +89,6 @@ class SlotHolder:
     silent_s: float | None  # seconds since then (or since it started, if never)
 
 
-def lsn_to_int(text: str) -> int:
-    high, _, low = text.partition("/")
-    return (int(high, 16) << 32) | int(low, 16)
-
-
 def int_to_lsn(value: int) -> str:
     return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
 
