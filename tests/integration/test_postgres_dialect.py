@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from signals import TableId, Watermark, WatermarkKind
-from signals.table import create_signal_table, read_signals
+from signals.table import create_signal_table
 from snapshotter.core.keys import Key, decode_key, encode_key
 from snapshotter.core.values import RawJson
 from snapshotter.core.visibility import PgSnapshot, RecentTransactions
@@ -26,6 +26,7 @@ from snapshotter.sources.postgres import setup as pg_setup
 from snapshotter.sources.postgres import types as pg_types
 from snapshotter.sources.postgres.dialect import PostgresDialect
 from snapshotter.sources.setup_common import SetupError, resolve_tables
+from tests.integration.signal_table import read_signals
 
 pytestmark = pytest.mark.integration
 
