@@ -73,12 +73,12 @@ import sqlalchemy as sa
 
 from bench.lib import inprocess as inproc
 from bench.lib import mysql as mydb
+from bench.lib.counting import CountingSink
 from bench.lib.profiling import top_functions
 from bench.lib.servers import REPO, mysql_url, pg_url
 from signals.names import TableId
 from snapshotter.app.cli import main as cli_main
 from snapshotter.config import SinkConfig, SparkConfig
-from snapshotter.sinks.counting import CountingSink
 from snapshotter.sinks.spark.types import BATCH, META_FIELDS
 
 CHILD_FLAG = "--child"
