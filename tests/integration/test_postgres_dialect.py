@@ -399,7 +399,8 @@ def test_a_lost_connection_is_a_retryable_error_and_the_next_read_reconnects(
     dialect: PostgresDialect, orders: TableSchema, pg_engine: sa.Engine
 ) -> None:
     keys, upto = orders.primary_key, (99, "k9")
-    pid = dialect._connection().backend_pid()
+    # The server process serving the dialect's connection.
+    pid = dialect._connection().fetch("SELECT pg_backend_pid()").column(0)[0].as_py()
     assert scalar(pg_engine, "SELECT pg_terminate_backend(:pid)", pid=pid)
     with pytest.raises(ChunkReadError, match=r"chunk query on table .*orders failed: ") as error:
         dialect.read_chunk(ChunkSpec(orders, keys, None, upto, None, 10))
