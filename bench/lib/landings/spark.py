@@ -216,7 +216,9 @@ def spark_conf(args: argparse.Namespace) -> dict[str, str]:
 
 
 def jdbc_target(kind: str, url: str, schema: str) -> dict[str, Any]:
-    """The JDBC URL, table and properties a Spark user would pass for our table."""
+    """The JDBC URL, table and properties a Spark user would pass for our table. The driver's
+    class is named: without it Spark asks java.sql.DriverManager, which does not see drivers
+    added through spark.jars ("No suitable driver")."""
     parsed = sa.make_url(url)
     host, port = parsed.host or "127.0.0.1", parsed.port
     props = {"user": parsed.username or "", "password": parsed.password or ""}
