@@ -70,12 +70,12 @@ from typing import Any
 
 from bench.lib import inprocess as inproc
 from bench.lib import mysql as mydb
+from bench.lib.counting import CountingSink
 from bench.lib.profiling import (
     per_thread,
 )
 from bench.lib.servers import mysql_url, package_version, pg_url
 from bench.lib.stats import Result
-from snapshotter.sinks.counting import CountingSink
 from snapshotter.sinks.kafka.sink import PRODUCER_DEFAULTS, PRODUCER_FIXED, KafkaSink
 from snapshotter.verify.kafka import read_topic
 

@@ -1,7 +1,7 @@
 """The signal protocol: Debezium-compatible signal rows, parsed strictly into typed signals.
 
 This package is pure (no database imports) except ``signals.table``, which holds the DDL and
-the insert/read helpers and needs SQLAlchemy.
+the insert and cleanup helpers and needs SQLAlchemy.
 """
 
 from signals.model import (

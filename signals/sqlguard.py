@@ -102,7 +102,12 @@ def _dollar_delimiter(sql: str, start: int, code_start: int) -> str | None:
     )
 
 
-def _spans(sql: str, dollar_quotes: bool) -> Iterator[tuple[int, int]]:
+def unquoted_spans(sql: str, *, dollar_quotes: bool = True) -> Iterator[tuple[int, int]]:
+    """The ``(start, end)`` slices of ``sql`` outside quoted text, in order, one at a time.
+
+    Raises ``FilterError``, once the slices before it are out, at an unterminated quote, or a
+    quote that PostgreSQL and MySQL would end in different places.
+    """
     i = code_start = 0
     n = len(sql)
     while i < n:
@@ -135,22 +140,13 @@ def _spans(sql: str, dollar_quotes: bool) -> Iterator[tuple[int, int]]:
         yield code_start, n
 
 
-def unquoted_spans(sql: str, *, dollar_quotes: bool = True) -> list[tuple[int, int]]:
-    """The ``(start, end)`` slices of ``sql`` outside quoted text, in order.
-
-    Raises ``FilterError`` for an unterminated quote, or a quote that PostgreSQL and MySQL
-    would end in different places.
-    """
-    return list(_spans(sql, dollar_quotes))
-
-
 def check_filter(sql: str, *, dollar_quotes: bool = True) -> None:
     """Raise ``FilterError`` unless ``AND (<sql>)`` keeps ``sql`` inside its parentheses."""
     if not sql.strip():
         raise FilterError("the filter is empty")
     opened: list[int] = []
     # Span by span, so that the problem reported is the first in the text.
-    for start, end in _spans(sql, dollar_quotes):
+    for start, end in unquoted_spans(sql, dollar_quotes=dollar_quotes):
         for i in range(start, end):
             ch = sql[i]
             if ch == "(":

@@ -1,4 +1,5 @@
-"""The signal table itself: its DDL per dialect, and inserting and reading signal rows.
+"""The signal table itself: its DDL per dialect, inserting signal rows and cleaning up
+watermark rows.
 
 Uses SQLAlchemy so that the table's schema and name are always quoted by the library.
 """
@@ -12,9 +13,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.schema import CreateTable
 
-from signals.model import Signal, SignalError, SignalType, Watermark, WatermarkKind, to_row
+from signals.model import Signal, SignalType, Watermark, WatermarkKind, to_row
 from signals.names import TableId
-from signals.parser import parse_signal
 
 
 def signal_table(name: TableId) -> sa.Table:
@@ -95,17 +95,6 @@ def insert_signal(conn: Connection, name: TableId, signal: Signal | Watermark) -
     else:
         conn.execute(sa.insert(table).values(**values))
     return sid
-
-
-def read_signals(
-    conn: Connection, name: TableId, ids: Sequence[str] | None = None
-) -> list[Signal | Watermark | SignalError]:
-    """Read and parse rows of the signal table (all, or those with the given ids)."""
-    table = signal_table(name)
-    query = sa.select(table.c.id, table.c.type, table.c.data).order_by(table.c.id)
-    if ids is not None:
-        query = query.where(table.c.id.in_(list(ids)))
-    return [parse_signal(r.id, r.type, r.data) for r in conn.execute(query)]
 
 
 # --- watermark cleanup (snapshotter.engine.signal_cleanup) ---------------------------------

@@ -238,8 +238,8 @@ def main(spec_path: str) -> int:
     if spec["sink"] == "spark":
         time_spark_session(chan)
 
+    from bench.lib.counting import CountingSink
     from snapshotter.app import cli, runner
-    from snapshotter.sinks.counting import CountingSink
 
     configured = runner.sink_for
     holder: list[TimedSink] = []

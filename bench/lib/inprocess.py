@@ -25,6 +25,7 @@ import pyarrow as pa
 import sqlalchemy as sa
 
 from bench.lib import mysql as mydb
+from bench.lib.counting import CountingSink
 from bench.lib.profiling import per_thread, profile_threads
 from bench.lib.servers import package_version
 from bench.lib.stats import Result
@@ -39,7 +40,6 @@ from snapshotter.core.state import EngineState, StreamState
 from snapshotter.engine.state_store import StateStore, state_path
 from snapshotter.engine.workers import PhaseHooks
 from snapshotter.sinks.base import Sink
-from snapshotter.sinks.counting import CountingSink
 from snapshotter.sources.base import TableSchema
 from snapshotter.sources.mysql.dialect import MySqlDialect, mysql_url
 from snapshotter.sources.postgres import setup as pg_setup

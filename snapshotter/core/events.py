@@ -111,14 +111,3 @@ class ChangeEvent:
     @property
     def position(self) -> Position:
         return self.source.position
-
-    def to_envelope(self) -> dict[str, Any]:
-        """Debezium's value envelope; values stay Python objects (sinks choose the encoding)."""
-        return {
-            "before": None if self.before is None else dict(self.before),
-            "after": None if self.after is None else dict(self.after),
-            "source": self.source.to_dict(),
-            "op": self.op.value,
-            "ts_ms": self.ts_ms,
-            "transaction": None,
-        }

@@ -139,22 +139,11 @@ class SpanPlan:
 
     # --- queries --------------------------------------------------------------------------
 
-    @property
-    def spans(self) -> tuple[Span, ...]:
-        """Spans not yet recorded in progress, in key order."""
-        return tuple(self._spans)
-
     def span_of(self, window_id: str) -> Span | None:
         for span in self._spans:
             if span.window == window_id:
                 return span
         return None
-
-    def can_take(self) -> bool:
-        """Whether ``take`` would hand out a span now."""
-        if any(s.window is None and s.done is None for s in self._spans):
-            return True
-        return self._frontier_open and not self.exhausted and len(self._spans) < self.max_ahead
 
     # --- what happens to spans ------------------------------------------------------------
 

@@ -119,9 +119,10 @@ def _stamped(source: Source | None, window_id: str) -> Source:
 @dataclass(frozen=True, slots=True)
 class ReadBatch:
     """What a window emits at its close watermark: the surviving chunk rows as one Arrow
-    table, never as per-row objects. Sinks that write in bulk (Spark, JSONL, Kafka, counting)
-    take the columns as they are; ``events`` builds per-row ``ChangeEvent`` objects only for
-    a consumer that truly needs rows one at a time, on whatever thread asks."""
+    table, never as per-row objects. Sinks that write in bulk (Spark, JSONL, Kafka, the
+    bench's counting sink) take the columns as they are; ``events`` builds per-row
+    ``ChangeEvent`` objects only for a consumer that truly needs rows one at a time, on
+    whatever thread asks."""
 
     window_id: str
     table: TableId
@@ -147,9 +148,6 @@ class ReadBatch:
     def __len__(self) -> int:
         rows: int = self.rows.num_rows
         return rows
-
-    def row_position(self, index: int) -> Position:
-        return self.position.read_row(index)
 
     def stamped(self, close_source: Source, ts_ms: int, convert: RowConvert | None) -> ReadBatch:
         """The batch as it goes to the sink: ``close_source`` is the close watermark's."""

@@ -33,18 +33,6 @@ def in_process(item: SinkItem) -> ChangeEvent | ReadBatch:
     return item
 
 
-def expand(items: Sequence[SinkItem]) -> list[ChangeEvent]:
-    """The items as per-row events (READ batches built into ``op: "r"`` events), for a sink
-    that writes rows one at a time."""
-    out: list[ChangeEvent] = []
-    for item in map(in_process, items):
-        if isinstance(item, ReadBatch):
-            out.extend(item.events())
-        else:
-            out.append(item)
-    return out
-
-
 @dataclass(frozen=True, slots=True)
 class Ack:
     checkpoint: int  # the id ``Sink.checkpoint`` returned

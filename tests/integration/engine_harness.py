@@ -201,8 +201,6 @@ executors = {self.executors}
         (``spark.read.parquet(<table>/current)``, and for Parquet
         ``pyarrow.parquet.read_table``, ``pyarrow.dataset.dataset`` and
         ``pandas.read_parquet``: the same rows, and the same keys for pandas)."""
-        from snapshotter.sinks.spark.lander import data_columns
-
         key = self.key_of(table)
         lander = self.lander()
         state = lander.current_state(self.table_id(table))
@@ -411,9 +409,17 @@ CaptureFactory = Callable[..., Capture]
 
 
 def data_columns_of(arrow: Any) -> list[str]:
+    """The table's own columns of a landed Arrow table (the sink's __ columns left out)."""
     from snapshotter.sinks.spark.types import RESERVED_COLUMNS
 
     return [c for c in arrow.column_names if c not in RESERVED_COLUMNS]
+
+
+def data_columns(df: Any) -> list[str]:
+    """The table's own columns of a landed Spark DataFrame (the sink's __ columns left out)."""
+    from snapshotter.sinks.spark.types import RESERVED_COLUMNS
+
+    return [c for c in df.columns if c not in RESERVED_COLUMNS]
 
 
 def _canonical_key(row: dict[str, Any], key: Sequence[str]) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from snapshotter.engine.workers import ChunkTask, PhaseHooks
-from snapshotter.sources.postgres.reader import lsn_to_int
+from snapshotter.sources.postgres.slots import lsn_value
 
 
 def _items(cap: Any, rows: int = 200) -> str:
@@ -52,7 +52,7 @@ def _confirmed(cap: Any) -> int:
         "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
         (cap.slot,),
     )
-    return lsn_to_int(rows[0][0])
+    return lsn_value(rows[0][0])
 
 
 def test_the_slot_advances_on_an_idle_and_on_an_uncaptured_busy_database(capture: Any) -> None:
@@ -64,7 +64,7 @@ def test_the_slot_advances_on_an_idle_and_on_an_uncaptured_busy_database(capture
     # Traffic only in a table outside the publication: nothing for us, but WAL grows.
     cap.sql(f'CREATE TABLE "{cap.schema}".noise (n int)')
     cap.sql(f'INSERT INTO "{cap.schema}".noise SELECT generate_series(1, 20000)')
-    end = lsn_to_int(cap.sql("SELECT pg_current_wal_flush_lsn()::text")[0][0])
+    end = lsn_value(cap.sql("SELECT pg_current_wal_flush_lsn()::text")[0][0])
     assert cap.run() == 0
     assert _confirmed(cap) >= end > first  # confirmed past WAL that had nothing for us
 

@@ -18,12 +18,12 @@ from snapshotter.config import SparkConfig
 from snapshotter.core.events import ChangeEvent, Op, SnapshotMarker, Source
 from snapshotter.core.position import Position
 from snapshotter.core.window import ReadBatch
-from snapshotter.sinks.spark.lander import Lander, data_columns
+from snapshotter.sinks.spark.lander import Lander
 from snapshotter.sinks.spark.session import spark_session
 from snapshotter.sinks.spark.staging import StagedBatch, StagingArea
 from snapshotter.sinks.spark.types import events_to_landed, read_batch_to_landed
 from snapshotter.sources.base import ColumnInfo, TableSchema
-from tests.integration.engine_harness import SPARK_MASTER
+from tests.integration.engine_harness import SPARK_MASTER, data_columns
 
 pytestmark = pytest.mark.integration
 

@@ -21,7 +21,7 @@ import pytest
 import sqlalchemy as sa
 
 from snapshotter.sources.postgres.dialect import PostgresDialect
-from snapshotter.sources.postgres.reader import lsn_to_int
+from snapshotter.sources.postgres.slots import lsn_value
 from tests.integration.engine_harness import Capture
 
 pytestmark = pytest.mark.integration
@@ -149,11 +149,11 @@ def test_log_end_is_past_an_async_commit_and_decodable(async_capture: Capture) -
                 conn.execute("INSERT INTO public.t VALUES (%s, 0)", (n,))
             row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
             assert row is not None
-            committed = lsn_to_int(row[0])  # past the last commit record
+            committed = lsn_value(row[0])  # past the last commit record
             end = dialect.log_end()
             flushed = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
             assert flushed is not None
     finally:
         dialect.close()
     assert end >= committed
-    assert lsn_to_int(flushed[0]) >= end
+    assert lsn_value(flushed[0]) >= end

@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from signals import TableId, Watermark, WatermarkKind
-from signals.table import create_signal_table, read_signals
+from signals.table import create_signal_table
 from snapshotter.core.keys import Key, decode_key, encode_key
 from snapshotter.core.values import RawJson
 from snapshotter.core.visibility import PgSnapshot, RecentTransactions
@@ -26,6 +26,7 @@ from snapshotter.sources.postgres import setup as pg_setup
 from snapshotter.sources.postgres import types as pg_types
 from snapshotter.sources.postgres.dialect import PostgresDialect
 from snapshotter.sources.setup_common import SetupError, resolve_tables
+from tests.integration.signal_table import read_signals
 
 pytestmark = pytest.mark.integration
 
@@ -398,7 +399,8 @@ def test_a_lost_connection_is_a_retryable_error_and_the_next_read_reconnects(
     dialect: PostgresDialect, orders: TableSchema, pg_engine: sa.Engine
 ) -> None:
     keys, upto = orders.primary_key, (99, "k9")
-    pid = dialect._connection().backend_pid()
+    # The server process serving the dialect's connection.
+    pid = dialect._connection().fetch("SELECT pg_backend_pid()").column(0)[0].as_py()
     assert scalar(pg_engine, "SELECT pg_terminate_backend(:pid)", pid=pid)
     with pytest.raises(ChunkReadError, match=r"chunk query on table .*orders failed: ") as error:
         dialect.read_chunk(ChunkSpec(orders, keys, None, upto, None, 10))

@@ -27,7 +27,8 @@ from signals import (
     WatermarkKind,
     parse_table_selector,
 )
-from signals.table import create_signal_table, insert_signal, new_signal_id, read_signals
+from signals.table import create_signal_table, insert_signal, new_signal_id
+from tests.integration.signal_table import read_signals
 
 pytestmark = pytest.mark.integration
 

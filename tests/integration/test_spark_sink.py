@@ -24,12 +24,12 @@ from signals.names import TableId
 from snapshotter.config import SparkConfig
 from snapshotter.core.events import ChangeEvent, Op, SnapshotMarker, Source
 from snapshotter.core.position import Position
-from snapshotter.sinks.spark.lander import Lander, data_columns
+from snapshotter.sinks.spark.lander import Lander
 from snapshotter.sinks.spark.session import spark_session
 from snapshotter.sinks.spark.staging import StagingArea
 from snapshotter.sinks.spark.types import events_to_landed
 from snapshotter.sources.base import ColumnInfo, TableSchema
-from tests.integration.engine_harness import SPARK_MASTER, Capture
+from tests.integration.engine_harness import SPARK_MASTER, Capture, data_columns
 
 pytestmark = pytest.mark.integration
 

@@ -26,7 +26,7 @@ from snapshotter.core.position import Position
 from snapshotter.core.state import EngineState
 from snapshotter.core.window import ReadBatch
 from snapshotter.engine.state_store import StateStore
-from snapshotter.sinks.base import Ack, SinkItem, expand
+from snapshotter.sinks.base import Ack, SinkItem, in_process
 from tests.sim.errors import Property, check
 
 if TYPE_CHECKING:
@@ -101,11 +101,12 @@ class SimSink:
 
     def write(self, items: Sequence[SinkItem]) -> None:
         events: list[OutItem] = []
-        for item in items:
+        for item in map(in_process, items):
             if isinstance(item, ReadBatch):
                 self._world.watch.read_batch(item)
                 events.append(BatchMark(item.window_id, item.position))
-            for event in expand([item]):
+            # Per row, READ batches as the "r" events a row-at-a-time consumer builds.
+            for event in item.events() if isinstance(item, ReadBatch) else [item]:
                 events.append(
                     OutEvent(event.table, event.op, event.key, event.after, event.position)
                 )

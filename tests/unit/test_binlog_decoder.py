@@ -711,18 +711,6 @@ def test_rows_of_uncaptured_tables_are_never_decoded() -> None:
     assert sorted(asked, key=str) == [T, U]  # each asked once
 
 
-def test_forget_captured_asks_again() -> None:
-    chosen: set[TableId] = set()
-    dec = BinlogDecoder("srv", captured=lambda t: t in chosen, key_columns=lambda t: None)
-    dec.start(FILE)
-    assert dec.feed(simple_table(100, "t", untouchable=True).write(100)) == []
-    chosen.add(T)
-    assert dec.feed(simple_table(100, "t", untouchable=True).write(100)) == []  # cached
-    dec.forget_captured()
-    items = dec.feed(simple_table(100, "t").write(200, {"id": 1, "name": "a"}))
-    assert len(changes(items)) == 1
-
-
 # -- values ------------------------------------------------------------------------------------
 
 

@@ -1,5 +1,6 @@
 """The end-to-end bench's pure parts (bench/lib): statistics, config text, --set, the report's
-ratios and latency phases, and the timing proxy the engine's sink is wrapped in."""
+ratios and latency phases, the timing proxy the engine's sink is wrapped in, and the counting
+sink."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 from bench.lib import report
 from bench.lib.child import Channel, TimedSink
 from bench.lib.configs import apply_settings, parse_setting, toml_text
+from bench.lib.counting import CountingSink
 from bench.lib.runs import EngineRun
 from bench.lib.stats import percentile
 from bench.lib.tables import PlainRead
@@ -260,3 +262,20 @@ def test_timed_sink_waits_for_the_landing_of_the_staged_batch() -> None:
     sink.close()
     chan._file.close()
     assert [m["ev"] for m in messages(read_fd)] == ["done"]
+
+
+# --------------------------------------------------------------------------- CountingSink
+
+
+def test_counting_sink_counts_per_op_and_acks_at_once() -> None:
+    sink = CountingSink()
+    sink.open(None)
+    sink.write([read_batch(2), tick(1)])  # a READ batch counts its rows
+    source = Source("postgresql", "t", "db", TABLE, Position(4), 0)
+    sink.write([ChangeEvent(Op.DELETE, source, 0, (1,), before={"id": 1})])
+    cp = sink.checkpoint()
+    assert [a.checkpoint for a in sink.acknowledged()] == [cp]
+    assert sink.counts == {Op.READ: 2, Op.UPDATE: 1, Op.DELETE: 1}
+    assert sink.total == 4
+    sink.close()
+    assert len(sink.acknowledged()) == 1

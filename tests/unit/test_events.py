@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 from signals.names import TableId
 from snapshotter.core.events import ENVELOPE_VERSION, ChangeEvent, Op, SnapshotMarker, Source
 from snapshotter.core.position import Position
+from snapshotter.sinks.encoding import encode_value
 
 TABLE = TableId("public", "orders")
 POS = Position(0x1A2B, 3)
@@ -28,6 +30,13 @@ def source(**changes: Any) -> Source:
     return Source(**fields)
 
 
+def envelope(event: ChangeEvent) -> dict[str, Any]:
+    """The event's envelope as the sinks write it (a JSONL line's and a Kafka message's
+    value), read back."""
+    value: dict[str, Any] = json.loads(encode_value(event))
+    return value
+
+
 def test_op_and_marker_values_are_debeziums() -> None:
     assert [o.value for o in Op] == ["c", "u", "d", "r", "t"]
     assert SnapshotMarker.FALSE.value == "false"
@@ -43,13 +52,12 @@ def test_update_envelope_shape() -> None:
         before={"id": 1, "amount": Decimal("1.00")},
         after={"id": 1, "amount": Decimal("2.50")},
     )
-    env = event.to_envelope()
-    assert set(env) == {"before", "after", "source", "op", "ts_ms", "transaction"}
+    env = envelope(event)
+    assert list(env) == ["before", "after", "source", "op", "ts_ms"]  # no transaction block
     assert env["op"] == "u"
     assert env["ts_ms"] == 1_700_000_000_500
-    assert env["before"] == {"id": 1, "amount": Decimal("1.00")}
-    assert env["after"] == {"id": 1, "amount": Decimal("2.50")}
-    assert env["transaction"] is None
+    assert env["before"] == {"id": 1, "amount": "1.00"}  # a Decimal as its text
+    assert env["after"] == {"id": 1, "amount": "2.50"}
     assert env["source"] == {
         "version": ENVELOPE_VERSION,
         "connector": "postgresql",
@@ -65,13 +73,6 @@ def test_update_envelope_shape() -> None:
     }
 
 
-def test_envelope_rows_are_copies_not_the_event_mappings() -> None:
-    after = {"id": 1}
-    env = ChangeEvent(Op.CREATE, source(), 0, (1,), after=after).to_envelope()
-    env["after"]["id"] = 2
-    assert after == {"id": 1}
-
-
 def test_details_add_fields_but_never_redefine_envelope_fields() -> None:
     d = source(details={"file": "mysql-bin.000042", "gtid": "0-1-7"}).to_dict()
     assert d["pos"] == POS.token
@@ -82,22 +83,22 @@ def test_details_add_fields_but_never_redefine_envelope_fields() -> None:
 
 
 def test_create_delete_read_and_truncate_envelopes() -> None:
-    create = ChangeEvent(Op.CREATE, source(), 5, (1,), after={"id": 1}).to_envelope()
+    create = envelope(ChangeEvent(Op.CREATE, source(), 5, (1,), after={"id": 1}))
     assert (create["op"], create["before"], create["after"]) == ("c", None, {"id": 1})
 
-    delete = ChangeEvent(Op.DELETE, source(), 5, (1,), before={"id": 1}).to_envelope()
+    delete = envelope(ChangeEvent(Op.DELETE, source(), 5, (1,), before={"id": 1}))
     assert (delete["op"], delete["before"], delete["after"]) == ("d", {"id": 1}, None)
 
-    read = ChangeEvent(
-        Op.READ, source(snapshot=SnapshotMarker.INCREMENTAL), 5, (1,), after={"id": 1}
-    ).to_envelope()
+    read = envelope(
+        ChangeEvent(Op.READ, source(snapshot=SnapshotMarker.INCREMENTAL), 5, (1,), after={"id": 1})
+    )
     assert (read["op"], read["after"], read["source"]["snapshot"]) == (
         "r",
         {"id": 1},
         "incremental",
     )
 
-    truncate = ChangeEvent(Op.TRUNCATE, source(), 5, None).to_envelope()
+    truncate = envelope(ChangeEvent(Op.TRUNCATE, source(), 5, None))
     assert (truncate["op"], truncate["before"], truncate["after"]) == ("t", None, None)
 
 
@@ -110,7 +111,7 @@ def test_event_exposes_table_and_position_of_its_source() -> None:
 def test_delete_without_before_is_allowed() -> None:
     # The envelope allows it (Debezium's does); a chunk window refuses it, having no key row.
     event = ChangeEvent(Op.DELETE, source(), 0, (1,))
-    assert event.to_envelope()["before"] is None
+    assert envelope(event)["before"] is None
 
 
 @pytest.mark.parametrize(
@@ -142,8 +143,8 @@ def test_a_key_change_is_a_delete_of_the_old_key_then_a_create_of_the_new() -> N
     create = ChangeEvent(
         Op.CREATE, source(position=POS.read_row(0)), 0, (2,), after={"id": 2, "v": "x"}
     )
-    assert (delete.key, delete.to_envelope()["before"]) == ((1,), {"id": 1, "v": "x"})
-    assert (create.key, create.to_envelope()["after"]) == ((2,), {"id": 2, "v": "x"})
+    assert (delete.key, envelope(delete)["before"]) == ((1,), {"id": 1, "v": "x"})
+    assert (create.key, envelope(create)["after"]) == ((2,), {"id": 2, "v": "x"})
     assert delete.position < create.position
 
 

@@ -23,7 +23,7 @@ LAYERS: list[tuple[str, int]] = [
     ("snapshotter.common", 2),  # errors, redaction, failpoints, librdkafka's settings
     ("snapshotter.config", 3),  # the typed configuration every layer reads
     ("snapshotter.sources", 4),  # dialects, log readers, connectors (postgres/, mysql/)
-    ("snapshotter.sinks", 4),  # jsonl, counting, kafka/, spark/
+    ("snapshotter.sinks", 4),  # jsonl, kafka/, spark/
     ("snapshotter.engine", 5),  # the loop and its collaborators, chunk workers, state store
     ("snapshotter.verify", 6),  # the output against the table, per sink
     ("snapshotter.app", 7),  # cli, runner, status, progress, stream position checks

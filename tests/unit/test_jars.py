@@ -108,10 +108,6 @@ def test_jdbc_jar_by_kind(root):
     assert jdbc_jar("mysql") == root / "jdbc" / "mariadb-java-client-3.5.11.jar"
 
 
-def test_every_kind_has_a_driver_class():
-    assert set(jars.JDBC_DRIVER_CLASS) == {"postgres", "mysql"}
-
-
 def test_jdbc_jar_missing(root):
     with pytest.raises(MissingJarsError, match=r"postgres JDBC driver.*scripts/spark-jars"):
         jdbc_jar("postgres")

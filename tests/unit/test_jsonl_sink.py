@@ -20,7 +20,6 @@ from snapshotter.core.events import ChangeEvent, Op, SnapshotMarker, Source
 from snapshotter.core.position import Position
 from snapshotter.core.values import UNAVAILABLE_VALUE, RawJson
 from snapshotter.sinks import encoding
-from snapshotter.sinks.counting import CountingSink
 from snapshotter.sinks.jsonl import JsonlSink, JsonlSinkError, encode_row
 from snapshotter.verify.rows import ABSENT, as_json_row, canonical, compare, materialize
 
@@ -384,22 +383,6 @@ def test_existing_empty_file_without_state_is_used(tmp_path: Path) -> None:
     sink.write([event(Op.CREATE, (1,), after={"id": 1})])
     sink.close()
     assert len(lines(path)) == 1
-
-
-# --- the counting sink ----------------------------------------------------------------------
-
-
-def test_counting_sink_counts_per_op_and_acks_at_once() -> None:
-    sink = CountingSink()
-    sink.open(None)
-    sink.write([event(Op.READ, (1,), after={"id": 1}), event(Op.READ, (2,), after={"id": 2})])
-    sink.write([event(Op.DELETE, (1,), before={"id": 1})])
-    cp = sink.checkpoint()
-    assert [a.checkpoint for a in sink.acknowledged()] == [cp]
-    assert sink.counts == {Op.READ: 2, Op.DELETE: 1}
-    assert sink.total == 3
-    sink.close()
-    assert len(sink.acknowledged()) == 1
 
 
 # --- materialize and compare ----------------------------------------------------------------

@@ -530,6 +530,7 @@ def test_the_kafka_sink_reports_unacknowledged_messages_and_unflushed_bytes() ->
 def test_the_spark_sink_reports_staged_bytes_until_they_land(tmp_path: Path) -> None:
     from snapshotter.sinks.base import SinkMetrics
     from snapshotter.sinks.spark.staging import StagingArea
+    from tests.unit.helpers import spark_landed, spark_staged
     from tests.unit.test_spark_sink_order import GatedLander, event, sink_over, stage
 
     staging = StagingArea(tmp_path / "staging")
@@ -545,9 +546,9 @@ def test_the_spark_sink_reports_staged_bytes_until_they_land(tmp_path: Path) -> 
     assert figures["staged_limit_bytes"] == 64 * 1024 * 1024
     sink.write([event(5, 50)])
     sink.checkpoint()
-    assert sink.wait_staged(10)
+    assert spark_staged(sink, 10)
     assert sink.metrics()["unstaged_checkpoints"] == 0
     lander.gate.set()
-    assert sink.wait_landed(30)
-    assert sink.metrics()["staged_bytes"] == 0
+    assert spark_landed(sink, 30)  # the staged bytes went back to 0...
+    assert [seq for call in lander.calls for seq in call] == [1, 2]  # ...as both batches landed
     sink.close()

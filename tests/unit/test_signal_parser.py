@@ -825,18 +825,18 @@ def test_dollar_quotes_can_be_turned_off_for_mysql():
 
 
 def test_unquoted_spans():
-    assert unquoted_spans("") == []
-    assert unquoted_spans("a = 1") == [(0, 5)]
-    assert unquoted_spans("a = 'x'") == [(0, 4)]
-    assert unquoted_spans("'x' = a") == [(3, 7)]
-    assert unquoted_spans("a = 'x' || \"y\" || `z` || $$w$$ || $t$v$t$") == [
+    assert list(unquoted_spans("")) == []
+    assert list(unquoted_spans("a = 1")) == [(0, 5)]
+    assert list(unquoted_spans("a = 'x'")) == [(0, 4)]
+    assert list(unquoted_spans("'x' = a")) == [(3, 7)]
+    assert list(unquoted_spans("a = 'x' || \"y\" || `z` || $$w$$ || $t$v$t$")) == [
         (0, 4),
         (7, 11),
         (14, 18),
         (21, 25),
         (30, 34),
     ]
-    assert unquoted_spans("$$a$$", dollar_quotes=False) == [(0, 5)]
+    assert list(unquoted_spans("$$a$$", dollar_quotes=False)) == [(0, 5)]
 
 
 def _sql_quote(text: str, quote: str) -> str:
@@ -893,7 +893,7 @@ _any_filters = st.one_of(
 def _wrapped_stays_inside(sql: str, *, dollar_quotes: bool) -> bool:
     """Scan ``AND (<sql>)`` with the guard's tokenizer: depth 0 exactly at the end."""
     wrapped = f"AND ({sql})"
-    spans = unquoted_spans(wrapped, dollar_quotes=dollar_quotes)
+    spans = list(unquoted_spans(wrapped, dollar_quotes=dollar_quotes))
     if not spans or spans[-1][1] != len(wrapped):
         return False  # the closing parenthesis would be quoted
     depth = 0

@@ -26,6 +26,7 @@ from snapshotter.sinks.spark.lander import Landed
 from snapshotter.sinks.spark.sink import SparkSink
 from snapshotter.sinks.spark.staging import StagedBatch, StagingArea
 from snapshotter.sources.base import ColumnInfo, TableSchema
+from tests.unit.helpers import spark_landed, spark_staged
 
 A, B = TableId("shop", "a"), TableId("shop", "b")
 
@@ -145,7 +146,7 @@ def test_log_events_and_read_batches_are_staged_per_table_in_log_order(tmp_path:
             ]
         )
         sink.checkpoint()
-        assert sink.wait_staged(10)  # staged on the sink's stager thread
+        assert spark_staged(sink, 10)  # staged on the sink's stager thread
         a = staged_rows(staging, A)
         b = staged_rows(staging, B)
     assert [(r["id"], r["name"], r["__op"]) for r in a] == [
@@ -174,11 +175,11 @@ def test_a_read_batch_with_a_column_the_catalog_lacks_describes_the_table_again(
     with held(lander):
         sink.write([log_event(A, 1, 10)])
         sink.checkpoint()  # described once
-        assert sink.wait_staged(10)
+        assert spark_staged(sink, 10)
         schemas[A] = schema_of(A, "added")  # the column was added at the source since
         sink.write([read_batch(A, [2], 20, added=[5])])
         sink.checkpoint()
-        assert sink.wait_staged(10)
+        assert spark_staged(sink, 10)
     assert sink.described == [A, A]  # type: ignore[attr-defined]
     sink.close()
 
@@ -192,7 +193,7 @@ def test_compaction_waits_while_a_table_is_snapshotted(
     sink.write([read_batch(A, [1, 2], 10), log_event(B, 3, 11)])
     sink.checkpoint()
     staged_at = time.monotonic()
-    assert sink.wait_landed(10)
+    assert spark_landed(sink, 10)
     # B (log events only) compacts at its landing; A waits for its snapshot to go quiet.
     deadline = time.monotonic() + 10
     while len(lander.compacted) < 2 and time.monotonic() < deadline:

@@ -21,6 +21,7 @@ from snapshotter.sinks.spark.sink import SparkSink, SparkSinkError
 from snapshotter.sinks.spark.staging import StagedBatch, StagingArea
 from snapshotter.sinks.spark.types import events_to_landed
 from snapshotter.sources.base import ColumnInfo, TableSchema
+from tests.unit.helpers import spark_landed, spark_staged
 
 TABLE = TableId("shop", "items")
 SCHEMA = TableSchema(
@@ -98,12 +99,12 @@ def test_leftover_batches_land_first_while_the_stream_goes_on(tmp_path: Path) ->
     # and acknowledged while the leftovers still wait to land.
     sink.write([event(100, 1000)])
     sink.checkpoint()
-    assert sink.wait_staged(10)  # staged on the sink's stager thread, then acknowledged
+    assert spark_staged(sink, 10)  # staged on the sink's stager thread, then acknowledged
     [ack] = sink.acknowledged()
     assert ack.resume["staged"] == 3
     assert lander.calls == []
     lander.gate.set()
-    assert sink.wait_landed(30)
+    assert spark_landed(sink, 30)
     sink.close()
     landed = [seq for call in lander.calls for seq in call]
     assert landed == [1, 2, 3], lander.calls  # in order, each once
@@ -119,7 +120,7 @@ def test_no_leftovers_no_waiting(tmp_path: Path) -> None:
     sink.open(None)
     sink.write([event(1, 10)])
     sink.checkpoint()
-    assert sink.wait_landed(30)
+    assert spark_landed(sink, 30)
     sink.close()
     assert lander.calls == [[1]]
 
@@ -136,8 +137,9 @@ def test_a_staging_directory_on_a_full_disk_is_named(tmp_path: Path) -> None:
     sink.open(None)
     sink.write([event(1, 10)])
     sink.checkpoint()  # staged on the stager thread: the error comes with the next call
+    assert spark_staged(sink, 10)
     with pytest.raises(SparkSinkError) as info:
-        sink.wait_staged(10)
+        sink.acknowledged()
     with pytest.raises(SparkSinkError):
         sink.acknowledged()  # and stays: the engine stops at its next call
     message = str(info.value)

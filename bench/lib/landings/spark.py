@@ -73,12 +73,12 @@ import sqlalchemy as sa
 
 from bench.lib import inprocess as inproc
 from bench.lib import mysql as mydb
+from bench.lib.counting import CountingSink
 from bench.lib.profiling import top_functions
 from bench.lib.servers import REPO, mysql_url, pg_url
 from signals.names import TableId
 from snapshotter.app.cli import main as cli_main
 from snapshotter.config import SinkConfig, SparkConfig
-from snapshotter.sinks.counting import CountingSink
 from snapshotter.sinks.spark.types import BATCH, META_FIELDS
 
 CHILD_FLAG = "--child"
@@ -216,7 +216,9 @@ def spark_conf(args: argparse.Namespace) -> dict[str, str]:
 
 
 def jdbc_target(kind: str, url: str, schema: str) -> dict[str, Any]:
-    """The JDBC URL, table and properties a Spark user would pass for our table."""
+    """The JDBC URL, table and properties a Spark user would pass for our table. The driver's
+    class is named: without it Spark asks java.sql.DriverManager, which does not see drivers
+    added through spark.jars ("No suitable driver")."""
     parsed = sa.make_url(url)
     host, port = parsed.host or "127.0.0.1", parsed.port
     props = {"user": parsed.username or "", "password": parsed.password or ""}

@@ -31,6 +31,7 @@ from typing import Any
 
 import psycopg
 
+from bench.lib.counting import CountingSink
 from bench.lib.inprocess import (
     DEFAULT_CHUNK_SIZE,
     ENGINE_TIMEOUT_S,
@@ -46,7 +47,6 @@ from bench.lib.inprocess import (
 from bench.lib.servers import pg_url
 from bench.lib.stats import Result
 from snapshotter.core.events import Op
-from snapshotter.sinks.counting import CountingSink
 
 # --------------------------------------------------------------------------- results
 

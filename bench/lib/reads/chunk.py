@@ -508,7 +508,7 @@ def engine_snapshots(db_url: str, database: str, rows: int, chunk: int, rounds: 
     import logging
     import tempfile
 
-    from snapshotter.sinks.counting import CountingSink
+    from bench.lib.counting import CountingSink
     from snapshotter.sources.mysql import client as my_client
 
     logging.getLogger("pymysqlreplication").setLevel(logging.ERROR)

@@ -39,10 +39,10 @@ import psycopg
 
 from bench.lib import inprocess as inproc
 from bench.lib import mysql as mydb
+from bench.lib.counting import CountingSink
 from bench.lib.servers import mysql_url, pg_url
 from snapshotter.app.runner import run_engine
 from snapshotter.core.events import Op
-from snapshotter.sinks.counting import CountingSink
 
 TICK = os.sysconf("SC_CLK_TCK")
 

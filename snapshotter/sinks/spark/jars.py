@@ -25,12 +25,6 @@ _JDBC_PREFIX: dict[str, str] = {
     "postgres": "postgresql-",
     "mysql": "mariadb-java-client-",  # MariaDB's driver speaks to MySQL too
 }
-# The class for Spark's JDBC option "driver". Without it Spark asks java.sql.DriverManager, which
-# does not see drivers added through spark.jars: "No suitable driver".
-JDBC_DRIVER_CLASS: dict[str, str] = {
-    "postgres": "org.postgresql.Driver",
-    "mysql": "org.mariadb.jdbc.Driver",
-}
 
 
 class MissingJarsError(RuntimeError):

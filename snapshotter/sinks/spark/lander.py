@@ -90,9 +90,6 @@ from snapshotter.sinks.spark.formats.delta import DeltaTables
 from snapshotter.sinks.spark.formats.iceberg import IcebergPolicy, IcebergTables
 from snapshotter.sinks.spark.latest import quote, reduce_latest
 from snapshotter.sinks.spark.staging import StagedBatch, StagedTable
-from snapshotter.sinks.spark.types import (
-    RESERVED_COLUMNS,
-)
 
 log = logging.getLogger(__name__)
 
@@ -513,10 +510,6 @@ def _legacy_base(meta: TableMeta) -> bool:
     """Whether the table's base is of a layout some plain readers cannot read."""
     name = base_name(meta)
     return name is not None and bases.is_legacy(name)
-
-
-def data_columns(df: DataFrame) -> list[str]:
-    return [c for c in df.columns if c not in RESERVED_COLUMNS]
 
 
 def _last_truncate(staged: Sequence[StagedTable]) -> str | None:

@@ -190,7 +190,6 @@ class LanderThread:
                 group = self._next_job()
                 if group is None:
                     return
-                handoff.landing = True
             if group:
                 self._land_now(group)
             else:
@@ -201,7 +200,6 @@ class LanderThread:
                     handoff.staged_bytes -= sum(b.bytes for b in group)
                     self._compact_pending = True
                 self._plan_idle_compaction()
-                handoff.landing = False
                 handoff.cond.notify_all()
 
     def _next_job(self) -> list[StagedBatch] | None:

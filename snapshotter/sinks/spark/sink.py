@@ -326,17 +326,5 @@ class SparkSink:
                 handoff.cond.wait(1.0)
         handoff.check()
 
-    def wait_staged(self, timeout: float | None = None) -> bool:
-        """Wait until every checkpoint so far is staged and acknowledged (tests, bench)."""
-        handoff = self._handoff
-        return handoff.wait_while(lambda: bool(handoff.unstaged), timeout)
-
-    def wait_landed(self, timeout: float | None = None) -> bool:
-        """Wait until everything staged so far is landed (tests, bench)."""
-        handoff = self._handoff
-        return handoff.wait_while(
-            lambda: bool(handoff.unstaged or handoff.queue or handoff.landing), timeout
-        )
-
 
 __all__ = ["CHECKPOINT_READ_ROWS", "SparkSink", "SparkSinkError"]

@@ -157,10 +157,6 @@ class BinlogDecoder:
     def in_transaction(self) -> bool:
         return self._in_txn
 
-    def forget_captured(self) -> None:
-        """Re-ask ``captured`` for every table (e.g. after the selection changed)."""
-        self._captured.clear()
-
     def _is_captured(self, table: TableId) -> bool:
         known = self._captured.get(table)
         if known is None:

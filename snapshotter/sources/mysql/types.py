@@ -136,9 +136,6 @@ _BINLOG_FAMILY = {
     VAR_STRING: VARCHAR,
 }
 
-_TEXT_TYPES = frozenset(
-    {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set"}
-)
 _BINARY_TYPES = frozenset(
     {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "bit", "geometry"}
 )

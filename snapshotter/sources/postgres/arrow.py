@@ -213,10 +213,6 @@ class ArrowConnection:
                 self.broken = True
             raise
 
-    def backend_pid(self) -> int:
-        """The server process serving this connection (``pg_backend_pid()``)."""
-        return int(self.fetch("SELECT pg_backend_pid() AS pid").column(0)[0].as_py())
-
     def cancel(self) -> None:
         """Cancel the running query (from another thread), waiting at most the cancel
         timeout for the request to be delivered (libpq's PQcancel has none of its own)."""

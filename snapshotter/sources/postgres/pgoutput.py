@@ -165,7 +165,6 @@ PgOutputMessage = (
 _BEGIN = struct.Struct(">QqI")
 _COMMIT = struct.Struct(">BQQq")
 _MESSAGE = struct.Struct(">BQ")
-_U8 = struct.Struct(">B")
 _U32 = struct.Struct(">I")
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")

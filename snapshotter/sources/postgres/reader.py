@@ -38,6 +38,7 @@ from psycopg.conninfo import conninfo_to_dict
 from snapshotter.core.position import Position
 from snapshotter.sources.log import Change, Commit, LogItem, LogReaderError, Progress
 from snapshotter.sources.postgres.decoder import PgOutputDecoder
+from snapshotter.sources.postgres.slots import lsn_text
 from snapshotter.sources.postgres.transient import pg_error_is_transient
 
 log = logging.getLogger(__name__)
@@ -87,15 +88,6 @@ class SlotHolder:
     client: str | None  # its client's address
     last_reply: float | None  # when its client last replied (epoch seconds)
     silent_s: float | None  # seconds since then (or since it started, if never)
-
-
-def lsn_to_int(text: str) -> int:
-    high, _, low = text.partition("/")
-    return (int(high, 16) << 32) | int(low, 16)
-
-
-def int_to_lsn(value: int) -> str:
-    return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
 
 
 class PgLogReader:
@@ -255,7 +247,7 @@ class PgLogReader:
             "(proto_version '1', publication_names {}, messages 'true')"
         ).format(
             sql.Identifier(self._slot),
-            sql.SQL(int_to_lsn(self._restart_lsn)),
+            sql.SQL(lsn_text(self._restart_lsn)),
             sql.Literal(sql.Identifier(self._publication).as_string(conn)),
         )
         try:
@@ -342,7 +334,7 @@ class PgLogReader:
             self._server,
             took,
             self._slot,
-            int_to_lsn(self._restart_lsn),
+            lsn_text(self._restart_lsn),
         )
         return True
 

@@ -24,7 +24,7 @@ import queue
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,9 +109,6 @@ class _PartitionSeen:
     keys: set[RecordKey] | None = None
     failures: int = 0
     failing_since: float | None = None
-
-
-QueryPartition = Callable[[str | None, int], Any]
 
 
 class SpannerLogReader:
