@@ -118,7 +118,7 @@ SLICE: list[tuple[str, str, str, int]] = [
     # Iceberg and Delta: a crash between a landing's commits (the other Iceberg point,
     # spark.iceberg.appended, and every other point with SNAPSHOTTER_FAULT_MATRIX=full).
     ("postgres", "iceberg", "spark.iceberg.changelog", 1),
-    ("mysql", "delta", "spark.land", 1),
+    ("postgres", "delta", "spark.land", 1),
 ]
 
 

@@ -312,8 +312,16 @@ class Worker:
     killed_at: float = 0.0
     closes: list[float] = field(default_factory=list)
     killed: threading.Event = field(default_factory=threading.Event)
+    # Whether the saved state already holds what the test reads after the kill: the engine
+    # that stops saves its last checkpoint's state, which on a slow machine may not hold the
+    # snapshot yet; the kill waits for one that does (bounded).
+    saved: Callable[[], bool] | None = None
 
     def kill(self) -> None:
+        if self.saved is not None:
+            deadline = time.monotonic() + 30
+            while not self.saved() and time.monotonic() < deadline:
+                time.sleep(0.05)
         self.server.kill()
         self.killed_at = time.monotonic()
         self.killed.set()
@@ -415,8 +423,8 @@ def test_an_outage_past_the_bound_stops_the_engine_and_resume_converges(
         functools.partial(binlog_reader.BinlogLogReader, reconnect_for=reader_bound),
     )
     r, began = restartable, time.monotonic()
-    worker = Worker(r.server)
     cap, writer = _start_under_writer(r, seed=37)
+    worker = Worker(r.server, saved=lambda: bool(progress(cap, "items")))
     with writer:
         wait_for(lambda: writer.total >= 100, "the writer to get going")
         cap.execute(qualified(cap, "items"))
