@@ -375,7 +375,7 @@ dir = "{tmp_path / "scripts" / ".." / ".demo" / "state"}"
         environ={},
     )
     monkeypatch.setattr(Session, "load_config", lambda session, path: roundabout)
-    monkeypatch.setattr(reports, "_status_report", lambda config, args: report)
+    monkeypatch.setattr(reports, "_read_status", lambda config, args, **_: (report, None))
     assert cli.main(["status", "-c", "x.toml"]) == 0
     out = capsys.readouterr().out
     assert f"state file: {tmp_path.resolve() / '.demo' / 'state' / 'state.json'}" in out
