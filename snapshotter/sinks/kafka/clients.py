@@ -32,7 +32,6 @@ from snapshotter.common.librdkafka import CONFLUENT_FIXED, confluent_missing
 log = logging.getLogger(__name__)
 
 Client = Literal["kafka-python", "confluent"]
-CLIENTS: tuple[Client, ...] = ("kafka-python", "confluent")
 
 # kafka-python producer settings the user may change with [sink] kafka = {...}.
 PRODUCER_DEFAULTS: dict[str, Any] = {
