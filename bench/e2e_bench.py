@@ -104,7 +104,7 @@ def default_sinks() -> list[str]:
     return list(SINKS)
 
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:59092"
+DEFAULT_BOOTSTRAP = "127.0.0.1:29092"
 
 
 def log(message: str) -> None:

@@ -79,7 +79,7 @@ from bench.lib.stats import Result
 from snapshotter.sinks.kafka.sink import PRODUCER_DEFAULTS, PRODUCER_FIXED, KafkaSink
 from snapshotter.verify.kafka import read_topic
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:59092"
+DEFAULT_BOOTSTRAP = "127.0.0.1:29092"
 PARTITIONS = 3
 SAMPLE_PER_PARTITION = 5000  # messages read back per partition for D3 / D4
 

@@ -4,8 +4,8 @@
 # from the installed pyspark's own distribution (bin/spark-class, jars/spark-connect_*.jar)
 # and the machine's Java, on 127.0.0.1. With Docker, docker-compose.yml's spark-* services.
 #
-#   SNAPSHOTTER_STANDALONE_PORT   the master (default 57077; its web UI: 58080, JSON at /json/)
-#   SNAPSHOTTER_CONNECT_PORT  the Spark Connect server (default 55002)
+#   SNAPSHOTTER_STANDALONE_PORT   the master (default 27077; its web UI: 28080, JSON at /json/)
+#   SNAPSHOTTER_CONNECT_PORT  the Spark Connect server (default 25002)
 #   SNAPSHOTTER_STANDALONE_WORKER_MEMORY each worker's memory for executors (default 1g)
 #   SNAPSHOTTER_STANDALONE_MASTER        use this cluster (spark://HOST:PORT) instead of starting one
 #   SNAPSHOTTER_CONNECT_URL        use this Connect server (sc://HOST:PORT) instead of ours
@@ -14,9 +14,9 @@
 # the Connect server share this machine's file system, which is what lets a landing and its
 # staging be local paths; a cluster elsewhere needs shared storage (docs/scaling.md).
 
-SP_PORT=${SNAPSHOTTER_STANDALONE_PORT:-57077}
-SP_UI_PORT=${SNAPSHOTTER_STANDALONE_UI_PORT:-58080}
-SC_PORT=${SNAPSHOTTER_CONNECT_PORT:-55002}
+SP_PORT=${SNAPSHOTTER_STANDALONE_PORT:-27077}
+SP_UI_PORT=${SNAPSHOTTER_STANDALONE_UI_PORT:-28080}
+SC_PORT=${SNAPSHOTTER_CONNECT_PORT:-25002}
 SP_WORKER_MEMORY=${SNAPSHOTTER_STANDALONE_WORKER_MEMORY:-1g}
 SP_WORKERS=2
 SP_DIR=$DIR/spark

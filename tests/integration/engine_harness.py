@@ -144,7 +144,7 @@ executors = {self.executors}
             return '[sink]\nkind = "jsonl"\npath = "events.jsonl"\n'
         if self.sink == "kafka":
             bootstrap = self.kafka_bootstrap or os.environ.get(
-                "SNAPSHOTTER_KAFKA_BOOTSTRAP", "127.0.0.1:59092"
+                "SNAPSHOTTER_KAFKA_BOOTSTRAP", "127.0.0.1:29092"
             )
             return (
                 f'[sink]\nkind = "kafka"\nbootstrap_servers = "{bootstrap}"\n'

@@ -16,7 +16,7 @@ from snapshotter.sources.mysql.positions import binlog_status
 
 pytestmark = pytest.mark.integration
 
-DEFAULT_URL = "mysql://snapshotter:snapshotter@127.0.0.1:53306/snapshotter"
+DEFAULT_URL = "mysql://snapshotter:snapshotter@127.0.0.1:23306/snapshotter"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 

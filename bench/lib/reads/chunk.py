@@ -79,8 +79,8 @@ from snapshotter.sources.postgres import types as pg_types
 from snapshotter.sources.postgres.dialect import PostgresDialect
 from snapshotter.sources.sql_common import rows_to_arrow
 
-DEFAULT_PG_URL = "postgresql://snapshotter:snapshotter@127.0.0.1:55432/snapshotter"
-DEFAULT_MYSQL_URL = "mysql://snapshotter:snapshotter@127.0.0.1:53306/snapshotter"
+DEFAULT_PG_URL = "postgresql://snapshotter:snapshotter@127.0.0.1:25432/snapshotter"
+DEFAULT_MYSQL_URL = "mysql://snapshotter:snapshotter@127.0.0.1:23306/snapshotter"
 TABLE = "items"
 KEYS = ("k1", "k2")
 

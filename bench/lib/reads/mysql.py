@@ -70,7 +70,7 @@ from snapshotter.sources.mysql.dialect import MySqlDialect
 
 TYPES_TABLE = "types"
 SIGNAL_TABLE = "debezium_signal"
-DEFAULT_MYSQL_URL = "mysql://snapshotter:snapshotter@127.0.0.1:53306/snapshotter"
+DEFAULT_MYSQL_URL = "mysql://snapshotter:snapshotter@127.0.0.1:23306/snapshotter"
 
 
 # --------------------------------------------------------------------------- results

@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--heartbeat-ms", type=int, default=1000)
     args = parser.parse_args(argv)
-    host = os.environ.get("SNAPSHOTTER_SPANNER_EMULATOR_HOST", "127.0.0.1:59010")
+    host = os.environ.get("SNAPSHOTTER_SPANNER_EMULATOR_HOST", "127.0.0.1:29010")
     db = database(host, args.rows)
     a: list[float] = []
     s: list[float] = []
