@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
 log = logging.getLogger("snapshotter.verify")
@@ -19,13 +19,21 @@ CHECK_EVERY = 10_000  # items between looks at the clock (a clock read per item 
 class Ticker:
     """Counts items; logs ``what`` with the count and the rate every ``EVERY_S``."""
 
-    def __init__(self, what: str, total_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        what: str,
+        total_bytes: int | None = None,
+        done_bytes: Callable[[], int] | None = None,
+    ) -> None:
+        """``done_bytes``: how far into the file the reading is (its ``tell``), asked only
+        when a line is logged: nothing per item beyond the count."""
         self.what = what
         self.total_bytes = total_bytes
+        self.done_bytes = done_bytes
         self.items = 0
         self.started = self.last = time.monotonic()
 
-    def tick(self, done_bytes: int | None = None) -> None:
+    def tick(self) -> None:
         self.items += 1
         if self.items % CHECK_EVERY:
             return
@@ -35,8 +43,8 @@ class Ticker:
         self.last = now
         rate = self.items / max(now - self.started, 1e-9)
         share = ""
-        if done_bytes is not None and self.total_bytes:
-            share = f", {100 * done_bytes / self.total_bytes:.0f}% of the file"
+        if self.done_bytes is not None and self.total_bytes:
+            share = f", {100 * self.done_bytes() / self.total_bytes:.0f}% of the file"
         log.info("verify: %s %d so far (%.0f/s%s)", self.what, self.items, rate, share)
 
 

@@ -136,11 +136,9 @@ def materialize(
             "the engine writes?)"
         ) from None
     with f:
-        ticker = Ticker("events read from the sink file", _size(f))
-        done = 0
+        ticker = Ticker("events read from the sink file", _size(f), done_bytes=f.tell)
         for number, line in enumerate(f, 1):
-            done += len(line)
-            ticker.tick(done)
+            ticker.tick()
             if not line.endswith(b"\n"):
                 raise VerifyError(f"{path}:{number}: the last line is incomplete")
             if not line.startswith(ours) and line.startswith(sink_line):

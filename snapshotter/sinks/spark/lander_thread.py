@@ -82,10 +82,11 @@ class LanderThread:
         with handoff.cond:
             handoff.closing = True
             handoff.cond.notify_all()
+            waiting = len(handoff.queue)  # read under the lock the lander takes them under
         if self.lander is None and self._thread.is_alive():
-            log.info("waiting for Spark to start to land %d staged batch(es)", len(handoff.queue))
-        elif handoff.queue and self._thread.is_alive():
-            log.info("stopping: landing %d staged batch(es) first", len(handoff.queue))
+            log.info("waiting for Spark to start to land %d staged batch(es)", waiting)
+        elif waiting and self._thread.is_alive():
+            log.info("stopping: landing %d staged batch(es) first", waiting)
         self._thread.join()
         self._thread = None
 
