@@ -108,6 +108,19 @@ def test_a_column_added_widened_and_dropped_while_streaming(
     assert _read_by_spark(cap) == sorted(_recorded(cap), key=lambda r: (r["batch"], r["column"]))
 
 
+def _retried_on_deadlock(cap: Any, statement: str, attempts: int = 5) -> None:
+    """A bulk UPDATE beside the random writer: the server may pick it as a deadlock's victim
+    (their rows locked in different orders), as the writer does itself. Run again then."""
+    for attempt in range(1, attempts + 1):
+        try:
+            cap.sql(statement)
+            return
+        except Exception as exc:
+            deadlock = "deadlock" in str(exc).lower()
+            if not deadlock or attempt == attempts:
+                raise
+
+
 def _recorded(cap: Any) -> list[dict[str, Any]]:
     """The schema changes the table's ``_snapshotter.json`` records."""
     lander = cap.lander()
@@ -223,7 +236,7 @@ def test_a_table_altered_under_a_random_writer_converges(
                 start=1,
             ):
                 cap.sql(statement)
-                cap.sql(follow)
+                _retried_on_deadlock(cap, follow)
                 wait_for(
                     lambda done=done: len(_recorded(cap)) >= done,  # type: ignore[misc]
                     f"the landing of {statement}",
