@@ -24,6 +24,7 @@ from signals.names import TableId
 from snapshotter.config import SparkConfig
 from snapshotter.core.events import ChangeEvent, Op, SnapshotMarker, Source
 from snapshotter.core.position import Position
+from snapshotter.sinks.spark.formats import iceberg, merge
 from snapshotter.sinks.spark.lander import Lander
 from snapshotter.sinks.spark.session import spark_session
 from snapshotter.sinks.spark.staging import StagingArea
@@ -77,6 +78,28 @@ def contents(lander: Lander) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
 
 @pytest.mark.parametrize("fmt", ["parquet", "delta", "iceberg"])
 def test_landing_the_same_staged_batch_twice_changes_nothing(tmp_path: Path, fmt: str) -> None:
+    _lands_once(tmp_path, fmt)
+
+
+def test_changes_merged_split_by_presence_land_as_one_merge_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second batch's keys (1, 2, 7) lie close together, so one MERGE lands them; with
+    SPREAD 0 every batch counts as spread: its present keys are merged (1 updated, 2
+    deleted), its new one appended (7), and landing it again changes nothing."""
+    monkeypatch.setattr(merge, "SPREAD", 0)
+    split: list[int] = []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        split.append(1)
+        return merge.split_by_presence(*args, **kwargs)
+
+    monkeypatch.setattr(iceberg, "split_by_presence", counted)
+    _lands_once(tmp_path, "iceberg")
+    assert split, "the merge was not split by presence"
+
+
+def _lands_once(tmp_path: Path, fmt: str) -> None:
     spark = spark_session(SparkConfig(master=SPARK_MASTER), delta=True, iceberg=True)
     staging = StagingArea(tmp_path / "staging")
     staging.open()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from snapshotter.sinks.spark.formats.merge import key_bounds
+from snapshotter.sinks.spark.formats.merge import key_bounds, split_worthwhile
 
 
 def _file(path: Path, rows: dict[str, pa.Array]) -> Path:
@@ -36,3 +36,14 @@ def test_no_bounds_without_files_or_for_a_directory_part(tmp_path: Path) -> None
     assert key_bounds([], ["id"]) == {}
     (tmp_path / "part").mkdir()
     assert key_bounds([tmp_path / "part"], ["id"]) == {}
+
+
+def test_changes_spread_thinly_are_split_and_a_narrow_range_is_one_merge(tmp_path: Path) -> None:
+    staged = tmp_path / "batch.parquet"
+    pq.write_table(pa.table({"tenant": [1, 5, 10], "id": [3, 500_000, 999_999]}), staged)
+    keys = ["tenant", "id"]
+    spread = key_bounds([staged], keys)  # 10 tenants x ~1M ids for 3 changes
+    assert split_worthwhile([staged], keys, spread)
+    assert not split_worthwhile([staged], keys, {"tenant": (1, 1), "id": (1, 40)})
+    assert split_worthwhile([staged], ["name"], {})  # no integer key: counted as spread
+    assert not split_worthwhile([], keys, spread)

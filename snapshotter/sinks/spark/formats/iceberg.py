@@ -46,7 +46,13 @@ from pyspark.sql.types import DataType, StructType
 from snapshotter.common.faults import failpoint
 from snapshotter.sinks.spark.appends import KnownKeys
 from snapshotter.sinks.spark.formats.iceberg_files import FileAppender
-from snapshotter.sinks.spark.formats.merge import key_bounds, latest_changes
+from snapshotter.sinks.spark.formats.merge import (
+    inserted_rows,
+    key_bounds,
+    latest_changes,
+    split_by_presence,
+    split_worthwhile,
+)
 from snapshotter.sinks.spark.formats.split import is_split, split_appends
 from snapshotter.sinks.spark.formats.staged import read_staged, widens
 from snapshotter.sinks.spark.latest import quote
@@ -339,7 +345,9 @@ class IcebergTables:
                 # A column dropped at the source: NULL in the rows it updates, as in those
                 # it inserts (not the value from before the drop).
                 bounds = key_bounds(merged, meta.key_columns)
-                self._merge(current, meta, self._conform(current, changes), truncated_at, bounds)
+                rows_in = self._conform(current, changes)
+                by_presence = split_worthwhile(merged, meta.key_columns, bounds)
+                _merge(self.spark, current, meta, rows_in, truncated_at, bounds, by_presence)
         finally:
             for path in (*appended, *merged):
                 if is_split(path):
@@ -385,29 +393,6 @@ class IcebergTables:
             .insertAll()
             .whenNotMatchedBySource(F.col(f"{changelog}.{quote(BATCH)}").between(lo, hi))
             .delete()
-            .merge()
-        )
-
-    def _merge(
-        self,
-        current: str,
-        meta: TableMeta,
-        batch: DataFrame,
-        truncated_at: str | None,
-        bounds: Mapping[str, tuple[Any, Any]],
-    ) -> None:
-        changes, clauses = latest_changes(
-            batch, meta, truncated_at, target=current, source=_SOURCE, bounds=bounds
-        )
-        (
-            changes.alias(_SOURCE.strip("`"))
-            .mergeInto(current, clauses.on)
-            .whenMatched(clauses.delete_when)
-            .delete()
-            .whenMatched(clauses.update_when)
-            .update(clauses.updates)  # type: ignore[arg-type]
-            .whenNotMatched(clauses.insert_when)
-            .insert(clauses.inserts)  # type: ignore[arg-type]
             .merge()
         )
 
@@ -497,3 +482,48 @@ class IcebergTables:
 
     def changelog(self, table: TableId) -> DataFrame:
         return self.spark.table(self.changelog_name(table))
+
+
+def _merge(
+    spark: SparkSession,
+    current: str,
+    meta: TableMeta,
+    batch: DataFrame,
+    truncated_at: str | None,
+    bounds: Mapping[str, tuple[Any, Any]],
+    by_presence: bool,
+) -> None:
+    """A landing's log rows merged into the current state under the position rule: one
+    MERGE, or (``by_presence``: ``merge.split_worthwhile``) its present keys merged with
+    WHEN MATCHED clauses only and its new keys appended."""
+    changes, clauses = latest_changes(
+        batch, meta, truncated_at, target=current, source=_SOURCE, bounds=bounds
+    )
+    if by_presence:
+        present, new = split_by_presence(changes, spark.table(current), meta.key_columns, bounds)
+        if not present.isEmpty():
+            (
+                F.broadcast(present)
+                .alias(_SOURCE.strip("`"))
+                .mergeInto(current, clauses.on)
+                .whenMatched(clauses.delete_when)
+                .delete()
+                .whenMatched(clauses.update_when)
+                .update(clauses.updates)  # type: ignore[arg-type]
+                .merge()
+            )
+        rows = inserted_rows(new, clauses, _SOURCE)
+        if not rows.isEmpty():
+            rows.writeTo(current).append()
+        return
+    (
+        changes.alias(_SOURCE.strip("`"))
+        .mergeInto(current, clauses.on)
+        .whenMatched(clauses.delete_when)
+        .delete()
+        .whenMatched(clauses.update_when)
+        .update(clauses.updates)  # type: ignore[arg-type]
+        .whenNotMatched(clauses.insert_when)
+        .insert(clauses.inserts)  # type: ignore[arg-type]
+        .merge()
+    )

@@ -11,6 +11,7 @@ deleted in the batch before its latest event (the target's row is then of anothe
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ class MergeClauses:
     updates: dict[str, str | Column]
     insert_when: Column  # not matched: insert ``inserts``
     inserts: dict[str, str | Column]
+    inserted: tuple[str, ...] = ()  # the names ``inserts`` quotes, in its order
 
 
 def position_merge(
@@ -88,6 +90,7 @@ def position_merge(
         updates=updates,
         insert_when=~is_delete,
         inserts=inserts,
+        inserted=tuple(columns),
     )
 
 
@@ -111,6 +114,49 @@ def key_bounds(files: Sequence[Path], keys: Sequence[str]) -> dict[str, tuple[An
         if low is not None and high is not None:
             bounds[key] = (low, high)
     return bounds
+
+
+def split_worthwhile(
+    files: Sequence[Path], keys: Sequence[str], bounds: Mapping[str, tuple[Any, Any]]
+) -> bool:
+    """Whether a landing's changes (the staged ``files``) are better merged split by presence
+    (``split_by_presence``) than by one MERGE: small enough to send whole to every task
+    reading the target (``BROADCAST_BYTES`` uncompressed, by their footers), and spread
+    thinly over their key range (``SPREAD``: the box of their integer key columns' ranges
+    holds that many keys per change; with no integer key column they count as spread).
+    Changes to a narrow range, such as the most recent keys, are left to one MERGE: the
+    table's files outside the range are skipped by their statistics, and the split's extra
+    reading and commit would cost more than its join saves.
+
+    Iceberg's landing asks this; Delta's does not: its MERGE with WHEN MATCHED clauses alone
+    still reads the target three times (the files it touches, the rows it rewrites, the
+    deletion vectors), so the split measured slower at 1M rows (10.1 -> 12.3 s for 10,000
+    spread changes) and no faster at 4M (14.1 -> 13.5 s)."""
+    if not files or any(f.is_dir() for f in files):
+        return False
+    size = rows = 0
+    for f in files:
+        meta = pq.ParquetFile(f).metadata
+        rows += meta.num_rows
+        size += sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    if size > BROADCAST_BYTES:
+        return False
+    spans = [
+        high - low + 1
+        for low, high in (bounds.get(key, (None, None)) for key in keys)
+        if isinstance(low, int) and isinstance(high, int)
+    ]
+    if not spans:
+        return True
+    return math.prod(spans) > SPREAD * max(rows, 1)
+
+
+# A landing's changes up to this size can be sent whole to every task reading the target (a
+# broadcast join); a larger one is merged by one MERGE, which shuffles the target's rows.
+BROADCAST_BYTES = 64 * 1024 * 1024
+# Changes this thinly spread over their key range (integer keys per change) land in files all
+# over the table: one MERGE would read and shuffle all of it.
+SPREAD = 16
 
 
 def latest_changes(
@@ -142,3 +188,53 @@ def latest_changes(
         bounds=bounds,
     )
     return changes, clauses
+
+
+def split_by_presence(
+    changes: DataFrame,
+    target: DataFrame,
+    keys: Sequence[str],
+    bounds: Mapping[str, tuple[Any, Any]] | None = None,
+) -> tuple[DataFrame, DataFrame]:
+    """``changes`` (``latest_changes``'s, small: ``broadcastable``) split by whether
+    ``target`` has their key: (present, new).
+
+    Why: a MERGE with a WHEN NOT MATCHED clause joins its source to the target by an outer
+    join that keeps every source row, and Spark broadcasts only the side an outer join does
+    not keep; so it shuffled every row of the target to join 10,000 changes (a 4M-row
+    Iceberg table: 4M rows shuffled, about 10 s of task time). Here the target's key columns
+    alone are read, semi-joined with the changes' keys sent to every task, and the present
+    ones kept by the executors (a local checkpoint: the target is read once). The present
+    keys then go to a MERGE with only WHEN MATCHED clauses (an inner join, which broadcasts
+    a source hinted so: ``F.broadcast``); the new ones are appended (``inserted_rows``)."""
+    on_keys = [quote(k) for k in keys]
+    # Computed once (the staged files read and reduced per key), not once per use below.
+    changes = changes.localCheckpoint(eager=True)
+    wanted = F.broadcast(changes.select(*on_keys).alias("w"))
+    scanned = target.select(*on_keys)
+    for key, (low, high) in (bounds or {}).items():
+        scanned = scanned.where(F.col(quote(key)).between(F.lit(low), F.lit(high)))
+    found = (
+        scanned.alias("f")
+        .join(wanted, all_of([F.col(f"f.{k}") == F.col(f"w.{k}") for k in on_keys]), "left_semi")
+        .localCheckpoint(eager=True)
+    )
+    same = all_of([F.col(f"c.{k}") == F.col(f"p.{k}") for k in on_keys])
+    side = F.broadcast(found.alias("p"))
+    present = changes.alias("c").join(side, same, "left_semi")
+    new = changes.alias("c").join(side, same, "left_anti")
+    return present, new
+
+
+def inserted_rows(new: DataFrame, clauses: MergeClauses, source: str = "s") -> DataFrame:
+    """The rows the MERGE's WHEN NOT MATCHED clause would insert for ``new`` (keys the target
+    does not have): ``clauses.inserts`` where ``insert_when`` holds; ``source``: the name
+    the clauses give the source side (already quoted)."""
+    rows = new.alias(source.strip("`")).where(clauses.insert_when)
+    values = [clauses.inserts[quote(name)] for name in clauses.inserted]
+    return rows.select(
+        *[
+            F.col(v).alias(n) if isinstance(v, str) else v.alias(n)
+            for v, n in zip(values, clauses.inserted, strict=True)
+        ]
+    )
