@@ -38,7 +38,7 @@ class MergeClauses:
     updates: dict[str, str | Column]
     insert_when: Column  # not matched: insert ``inserts``
     inserts: dict[str, str | Column]
-    inserted: tuple[str, ...] = ()  # the names ``inserts`` quotes, in its order
+    inserted: tuple[str, ...]  # the names ``inserts`` quotes, in its order
 
 
 def position_merge(
@@ -196,7 +196,7 @@ def split_by_presence(
     keys: Sequence[str],
     bounds: Mapping[str, tuple[Any, Any]] | None = None,
 ) -> tuple[DataFrame, DataFrame]:
-    """``changes`` (``latest_changes``'s, small: ``broadcastable``) split by whether
+    """``changes`` (``latest_changes``'s, small: ``split_worthwhile``) split by whether
     ``target`` has their key: (present, new).
 
     Why: a MERGE with a WHEN NOT MATCHED clause joins its source to the target by an outer
