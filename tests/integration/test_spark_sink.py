@@ -88,6 +88,7 @@ def test_changes_merged_split_by_presence_land_as_one_merge_does(
     SPREAD 0 every batch counts as spread: its present keys are merged (1 updated, 2
     deleted), its new one appended (7), and landing it again changes nothing."""
     monkeypatch.setattr(merge, "SPREAD", 0)
+    monkeypatch.setattr(merge, "SPLIT_TARGET_BYTES", 0)
     split: list[int] = []
 
     def counted(*args: Any, **kwargs: Any) -> Any:

@@ -10,7 +10,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from snapshotter.sinks.spark.formats.merge import key_bounds, split_worthwhile
+from snapshotter.sinks.spark.formats.merge import (
+    SPLIT_TARGET_BYTES,
+    key_bounds,
+    split_worthwhile,
+)
 
 
 def _file(path: Path, rows: dict[str, pa.Array]) -> Path:
@@ -43,7 +47,22 @@ def test_changes_spread_thinly_are_split_and_a_narrow_range_is_one_merge(tmp_pat
     pq.write_table(pa.table({"tenant": [1, 5, 10], "id": [3, 500_000, 999_999]}), staged)
     keys = ["tenant", "id"]
     spread = key_bounds([staged], keys)  # 10 tenants x ~1M ids for 3 changes
-    assert split_worthwhile([staged], keys, spread)
-    assert not split_worthwhile([staged], keys, {"tenant": (1, 1), "id": (1, 40)})
-    assert split_worthwhile([staged], ["name"], {})  # no integer key: counted as spread
-    assert not split_worthwhile([], keys, spread)
+    large = SPLIT_TARGET_BYTES
+    assert split_worthwhile([staged], keys, spread, large)
+    assert not split_worthwhile([staged], keys, {"tenant": (1, 1), "id": (1, 40)}, large)
+    assert split_worthwhile([staged], ["name"], {}, large)  # no integer key: counted as spread
+    assert not split_worthwhile([], keys, spread, large)
+
+
+def test_a_small_or_unknown_target_is_one_merge_however_spread_the_changes(
+    tmp_path: Path,
+) -> None:
+    """A small table is shuffled cheaply by one MERGE: the split's extra jobs and second
+    commit would make every landing of a random writer's changes slower."""
+    staged = tmp_path / "batch.parquet"
+    pq.write_table(pa.table({"id": [3, 500_000, 999_999]}), staged)
+    spread = key_bounds([staged], ["id"])
+    assert split_worthwhile([staged], ["id"], spread, SPLIT_TARGET_BYTES)
+    assert not split_worthwhile([staged], ["id"], spread, SPLIT_TARGET_BYTES - 1)
+    assert not split_worthwhile([staged], ["id"], spread, 0)  # no snapshot yet
+    assert not split_worthwhile([staged], ["id"], spread, None)  # size not recorded

@@ -346,7 +346,11 @@ class IcebergTables:
                 # it inserts (not the value from before the drop).
                 bounds = key_bounds(merged, meta.key_columns)
                 rows_in = self._conform(current, changes)
-                by_presence = split_worthwhile(merged, meta.key_columns, bounds)
+                size = _data_bytes(self.spark, current)
+                by_presence = split_worthwhile(merged, meta.key_columns, bounds, size)
+                log.debug(
+                    "%s: %s merged (%s bytes)", current, "split" if by_presence else "one", size
+                )
                 _merge(self.spark, current, meta, rows_in, truncated_at, bounds, by_presence)
         finally:
             for path in (*appended, *merged):
@@ -482,6 +486,30 @@ class IcebergTables:
 
     def changelog(self, table: TableId) -> DataFrame:
         return self.spark.table(self.changelog_name(table))
+
+
+def _data_bytes(spark: SparkSession, name: str) -> int | None:
+    """The size of the Iceberg table ``name``'s files, by its current snapshot's summary
+    (``total-files-size``; 0: no snapshot yet); None: not recorded. By Iceberg's Java API
+    where this process has the JVM (no Spark job), else from the ``snapshots`` metadata
+    table (Spark Connect)."""
+    try:
+        jvm = spark._jvm
+    except Exception:  # a Spark Connect session has none
+        jvm = None
+    if jvm is not None:
+        table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, name)
+        table.refresh()
+        snapshot = table.currentSnapshot()
+        size = None if snapshot is None else snapshot.summary().get("total-files-size")
+        return 0 if snapshot is None else None if size is None else int(size)
+    newest = spark.sql(
+        f"SELECT summary['total-files-size'] AS size FROM {name}.snapshots "
+        "ORDER BY committed_at DESC LIMIT 1"
+    ).first()
+    if newest is None:
+        return 0
+    return None if newest["size"] is None else int(newest["size"])
 
 
 def _merge(
