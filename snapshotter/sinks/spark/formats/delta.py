@@ -7,7 +7,8 @@
   it can do what Spark would (``delta_arrow``: a local table of the staged schema), by Spark
   otherwise; merges always by Spark.
 * The current state: deletion vectors and Change Data Feed on (set at creation, and on a
-  table an older version created, when this process first writes it). READ rows of keys the
+  table an older version created, when this process first writes it). A local table is
+  created by writing its first commit (``delta_create``), not by Spark. READ rows of keys the
   table never had (a first snapshot) are appended with no merge (``formats.split``); the rest
   is one MERGE per landing under the position rule (``formats.merge``), so merging again
   matches nothing; with deletion vectors a MERGE marks the rows it replaces instead of
@@ -35,6 +36,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from snapshotter.sinks.spark.formats.delta_arrow import append, replace_batches
+from snapshotter.sinks.spark.formats.delta_create import create_table
 from snapshotter.sinks.spark.formats.delta_links import append_files, last_batch
 from snapshotter.sinks.spark.formats.merge import key_bounds, latest_changes
 from snapshotter.sinks.spark.formats.split import is_split, split_appends
@@ -160,11 +162,7 @@ class DeltaTables:
         changelog = f"{base}/changelog"
         local = local_path(changelog) is not None
         if local and not self._is_delta(changelog):
-            from delta.tables import DeltaTable
-
-            DeltaTable.createIfNotExists(self.spark).location(changelog).addColumns(
-                staged().schema
-            ).execute()
+            create_table(changelog, staged().schema, {})
         if not self._link_changelog(changelog, files, lo, hi):
             rows_in = read_arrow(files) if local else None
             if rows_in is None or not replace_batches(changelog, rows_in, lo, hi):
@@ -249,6 +247,9 @@ class DeltaTables:
         from delta.tables import DeltaTable
 
         if not self._is_delta(current):
+            if create_table(current, batch().drop(BEFORE).schema, CURRENT_PROPERTIES):
+                self._checked.add(current)
+                return
             builder = DeltaTable.createIfNotExists(self.spark).location(current)
             builder = builder.addColumns(batch().drop(BEFORE).schema)
             for key, value in CURRENT_PROPERTIES.items():
