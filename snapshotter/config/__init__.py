@@ -48,6 +48,7 @@ from snapshotter.config.model import Config
 from snapshotter.config.sections import (
     MetricsConfig,
     NotificationsConfig,
+    SignalsConfig,
     SnapshotConfig,
     SparkConfig,
     StateConfig,
@@ -76,6 +77,7 @@ __all__ = [
     "MySqlSource",
     "NotificationsConfig",
     "PostgresSource",
+    "SignalsConfig",
     "SinkConfig",
     "SnapshotConfig",
     "SourceConfig",

@@ -114,7 +114,10 @@ def _resolve_paths(config: Config, base: Path) -> Config:
         update["staging_path"] = base / config.sink.staging_path
     sink = config.sink.model_copy(update=update)
     state = config.state.model_copy(update={"dir": base / config.state.dir})
-    return config.model_copy(update={"sink": sink, "state": state})
+    signals = config.signals
+    if signals.file is not None:
+        signals = signals.model_copy(update={"file": base / signals.file})
+    return config.model_copy(update={"sink": sink, "state": state, "signals": signals})
 
 
 def parse_config(

@@ -11,6 +11,7 @@ from snapshotter.config.common import Section, is_uri
 from snapshotter.config.sections import (
     MetricsConfig,
     NotificationsConfig,
+    SignalsConfig,
     SnapshotConfig,
     SparkConfig,
     StateConfig,
@@ -27,6 +28,7 @@ class Config(Section):
     snapshot: SnapshotConfig = Field(default_factory=SnapshotConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     notifications: NotificationsConfig = Field(default_factory=NotificationsConfig)
+    signals: SignalsConfig = Field(default_factory=SignalsConfig)
 
     @property
     def notification_table_id(self) -> TableId:

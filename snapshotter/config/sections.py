@@ -1,5 +1,5 @@
 """The smaller sections: ``[spark]``, ``[snapshot]``, ``[state]``, ``[metrics]``,
-``[notifications]``."""
+``[notifications]``, ``[signals]``."""
 
 from __future__ import annotations
 
@@ -133,3 +133,39 @@ class NotificationsConfig(Section):
     @classmethod
     def _once_each(cls, value: list[str]) -> list[str]:
         return list(dict.fromkeys(value))
+
+
+SignalChannel = Literal["table", "source", "file"]
+
+
+def _table_channel() -> list[SignalChannel]:
+    return ["table"]
+
+
+class SignalsConfig(Section):
+    # Where the engine reads signals (execute-snapshot, stop-snapshot, pause-snapshot, ...),
+    # Debezium's channel names (signal.enabled.channels): "source" or "table" (rows of the
+    # source's signal table, read from the log in order), "file" (JSON lines appended to
+    # `file`, one signal each, Debezium's shape: {"id": ..., "type": ..., "data": {...}}).
+    # `snapshotter signal` writes to the first one listed. The signal table stays the
+    # home of the watermark rows whatever the channels.
+    channels: list[SignalChannel] = Field(default_factory=_table_channel, min_length=1)
+    # The file channel's file (relative: to the configuration file's directory). Read from
+    # where the last checkpoint left it, so each line is acted on once across restarts;
+    # the engine never writes it.
+    file: Path | None = None
+
+    @field_validator("channels")
+    @classmethod
+    def _once_each(cls, value: list[str]) -> list[str]:
+        # "source" is Debezium's name for the table channel.
+        return list(dict.fromkeys("table" if v == "source" else v for v in value))
+
+    @model_validator(mode="after")
+    def _file_named(self) -> SignalsConfig:
+        if "file" in self.channels and self.file is None:
+            raise ValueError(
+                'channels lists "file" but no file is named: set file = "signals.jsonl" '
+                "(JSON lines, one signal each)"
+            )
+        return self

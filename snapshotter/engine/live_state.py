@@ -85,6 +85,11 @@ class LiveState:
         self.state.mark_processed(signal_id, position)
         self._changed.add(Changed.SIGNALS)
 
+    def signal_file_read(self, path: str, offset: int) -> None:
+        """The file channel's ``path`` is acted on up to byte ``offset``."""
+        self.state.signal_files[path] = offset
+        self._changed.add(Changed.SIGNALS)
+
     def problem_kept(self, problem: SignalProblem) -> None:
         self.state.add_problem(problem)
         self._changed.add(Changed.PROBLEMS)

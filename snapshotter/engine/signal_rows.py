@@ -1,6 +1,7 @@
 """The rows the log brings of the signal table: parsed, each user signal acted on once
 (``signal_actions``), watermark rows handed back to the engine (they are the chunk windows',
 ``window_close``), and a row the engine cannot act on kept as a problem for ``status``.
+Signals of the file channel (``signal_file``) are acted on by the same rules.
 """
 
 from __future__ import annotations
@@ -9,20 +10,26 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 
 from signals import SignalError, Watermark, parse_signal
+from signals.lines import SignalLine
+from signals.model import Signal
 from signals.names import TableId
 from snapshotter.config import Config
 from snapshotter.core.events import ChangeEvent
+from snapshotter.core.position import Position
 from snapshotter.engine.failures import Failures
 from snapshotter.engine.live_state import LiveState
 from snapshotter.engine.outcome import RunOutcome
 from snapshotter.engine.retry import SourceRetry, SourceUnavailableError
 from snapshotter.engine.scheduler import Scheduler
 from snapshotter.engine.signal_actions import SignalActions, SignalContext
+from snapshotter.engine.signal_file import SignalFile
 from snapshotter.engine.snapshot_scope import snapshot_scope
 from snapshotter.engine.workers import Task
 from snapshotter.sources.base import Dialect
 
 log = logging.getLogger("snapshotter.engine")
+
+FILE_POLL_S = 0.2  # how often the file channel's file is looked at
 
 
 class SignalRows:
@@ -45,6 +52,11 @@ class SignalRows:
         self._state = state = live.state
         self._dialect = dialect
         self._failures = failures
+        self._channels = config.signals.channels
+        self._table_channel = "table" in self._channels
+        file = config.signals.file if "file" in self._channels else None
+        self._file = SignalFile(file, self._state.signal_files.get(str(file), 0)) if file else None
+        self._next_file_read = 0.0
         # What execute-snapshot is planned against: the config's, as `signal` checks it.
         scope = snapshot_scope(config.source, config.own_tables)
         self._actions = SignalActions.default(
@@ -85,12 +97,68 @@ class SignalRows:
                 signal.signal_id, signal.signal_type, signal.problem, event.position
             )
             return None
-        if self._state.was_processed(signal.id, event.position):
+        if not self._table_channel:
+            log.warning(
+                "signal %s (%s) in the signal table ignored: [signals] channels does not list "
+                '"table"; send it by %s, or add "table" to channels',
+                signal.id,
+                signal.type.value,
+                " or ".join(self._channels),
+            )
             return None
-        self._live.signal_processed(signal.id, event.position)
+        self._act(signal, event.position)
+        return None
+
+    def read_file(self, now: float) -> None:
+        """Act on the lines appended to the file channel's file since the last read (at most
+        every ``FILE_POLL_S``); only between transactions, where a checkpoint may follow."""
+        channel = self._file
+        if channel is None or now < self._next_file_read or self._live.in_transaction:
+            return
+        self._next_file_read = now + FILE_POLL_S
+        lines = channel.read()
+        path = str(channel.path)
+        if channel.offset == self._state.signal_files.get(path, 0):
+            return
+        token = self._state.stream.position
+        position = Position.from_token(token) if token else Position(0)
+        for line in lines:
+            self.from_file(line, path, position)
+        self._live.signal_file_read(path, channel.offset)
+
+    def from_file(self, line: SignalLine, path: str, position: Position) -> None:
+        """Act on a line of the file channel's ``path``, read when the log was at
+        ``position``."""
+        if line.problem is not None:
+            self._failures.signal("?", "?", f"signal file {path}, {line.problem}", position)
+            return
+        signal = parse_signal(
+            line.id, line.type, line.data, dollar_quotes=self._dialect.dollar_quotes
+        )
+        if isinstance(signal, SignalError):
+            where = f"signal file {path}, line {line.line_number}"
+            self._failures.signal(
+                signal.signal_id, signal.signal_type, f"{where}: {signal.problem}", position
+            )
+            return
+        if isinstance(signal, Watermark):
+            self._failures.signal(
+                signal.window_id,
+                f"snapshot-window-{signal.kind.value}",
+                f"signal file {path}, line {line.line_number}: a watermark is the engine's own "
+                "row in the signal table, never a signal to send; remove the line",
+                position,
+            )
+            return
+        self._act(signal, position)
+
+    def _act(self, signal: Signal, position: Position) -> None:
+        if self._state.was_processed(signal.id, position):
+            return
+        self._live.signal_processed(signal.id, position)
         log.info("signal %s (%s) received", signal.id, signal.type.value)
         try:
-            self._actions.dispatch(signal, event.position)
+            self._actions.dispatch(signal, position)
         except SourceUnavailableError:
             raise  # the engine stops with state saved; the signal is read again on resume
         except Exception as exc:
@@ -98,9 +166,8 @@ class SignalRows:
             # again, and end it again, after every restart.
             log.exception("signal %s could not be handled", signal.id)
             self._failures.signal(
-                signal.id, signal.type.value, f"internal error: {exc!r}", event.position
+                signal.id, signal.type.value, f"internal error: {exc!r}", position
             )
-        return None
 
     def _relation_kinds(self, tables: Sequence[TableId]) -> Mapping[TableId, str]:
         """Why names the listing lacks are not tables (a view, ...): only for the message,

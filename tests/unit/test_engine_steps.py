@@ -217,7 +217,7 @@ class MemorySink:
         ]
 
 
-def config(tmp_path: Path, chunk_size: int = 3) -> Config:
+def config(tmp_path: Path, chunk_size: int = 3, extra: str = "") -> Config:
     text = f"""
 [source]
 kind = "postgres"
@@ -230,17 +230,17 @@ read_parallelism = 1
 [state]
 dir = "{tmp_path / "state"}"
 checkpoint_interval_ms = 1000
-"""
+{extra}"""
     return parse_config(text, environ={})
 
 
 class Setup:
-    def __init__(self, tmp_path: Path, db: Database, sink: MemorySink) -> None:
+    def __init__(self, tmp_path: Path, db: Database, sink: MemorySink, extra: str = "") -> None:
         self.clock = Clock()
         self.dialect = FakeDialect(db)
         self.readers: list[Reader] = []
         self.pools: list[InlinePool] = []
-        cfg = config(tmp_path)
+        cfg = config(tmp_path, extra=extra)
         (tmp_path / "state").mkdir(exist_ok=True)
         self.store = StateStore(tmp_path / "state" / "state.json")
         self.keys = KeyCatalog(self.dialect.describe, SIGNALS)

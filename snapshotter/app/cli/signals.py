@@ -1,9 +1,13 @@
-"""The signal table: ``signal`` (check a signal, then insert it) and ``signals`` (list it)."""
+"""Signals: ``signal`` (check a signal, then insert it into the signal table, or append it
+to the file channel's file when ``[signals] channels`` lists "file" first) and ``signals``
+(list the signal table)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
@@ -57,6 +61,15 @@ def cmd_signal(session: Session, args: argparse.Namespace) -> int:
     if isinstance(parsed, SignalError):
         raise CliError(f"not sent: {printable(parsed.problem)}", code=2)
     assert not isinstance(parsed, Watermark)
+    if config.signals.channels[0] == "file":
+        if isinstance(parsed, ExecuteSnapshot) and not args.no_check:
+            _check_snapshot(config, parsed)
+        assert config.signals.file is not None  # the config's rule
+        _append_signal(config.signals.file, parsed)
+        out.print(
+            escape(f"{parsed.type.value} signal {parsed.id} appended to {config.signals.file}")
+        )
+        return 0
     engine = connect(config)
     if isinstance(parsed, ExecuteSnapshot) and not args.no_check:
         _check_snapshot(config, parsed)
@@ -75,6 +88,22 @@ def cmd_signal(session: Session, args: argparse.Namespace) -> int:
             "unless the log carries it)"
         )
     return 0
+
+
+def _append_signal(path: Path, signal: Signal) -> None:
+    """One JSON line appended to the file channel's file, durable before this returns (one
+    write of a whole line, so a reader never sees half of it as complete)."""
+    line = json.dumps({"id": signal.id, "type": signal.type.value, "data": signal.data()})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise CliError(f"cannot open the signal file {path}: {exc.strerror}", code=1) from None
+    try:
+        os.write(fd, (line + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _insert_signal(config: Config, connector: Connector, engine: Any, signal: Signal) -> str:

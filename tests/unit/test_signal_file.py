@@ -1,0 +1,149 @@
+"""The file channel ([signals] channels = ["file"]): JSON lines cut and parsed without IO
+(``signals.lines``), read from the offset state holds (``engine.signal_file``), and acted on
+by the whole engine (``test_engine_steps``' fakes): a line acts once across restarts, a bad
+line is a problem for ``status`` and the lines after it still act, and with the table channel
+off a signal row in the table acts on nothing while the watermark rows still close windows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from signals import ExecuteSnapshot
+from signals.lines import MAX_LINE_BYTES, complete_lines, parse_line
+from snapshotter.config import ConfigError, parse_config
+from snapshotter.core.state import SnapshotStatus
+from snapshotter.engine.signal_file import SignalFile
+from tests.unit.test_engine_steps import ITEMS, Database, MemorySink, Setup
+
+
+def _line(signal_id: str, table: str = "public.items") -> str:
+    data = {"data-collections": [table], "type": "incremental"}
+    return json.dumps({"id": signal_id, "type": "execute-snapshot", "data": data}) + "\n"
+
+
+def test_only_complete_lines_are_cut_and_blank_ones_skipped() -> None:
+    text = (_line("a") + "\n" + _line("b") + '{"id": "half').encode()
+    lines, end, line = complete_lines(text, 100, 7)
+    assert [(x.id, x.line_number, x.offset) for x in lines] == [
+        ("a", 7, 100),
+        ("b", 9, 100 + len(_line("a")) + 1),
+    ]
+    assert end == 100 + text.index(b'{"id": "half') and line == 10
+    assert lines[0].data == json.dumps(
+        {"data-collections": ["public.items"], "type": "incremental"}
+    )
+
+
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [
+        (b"not json", "line 3: not JSON"),
+        (b"[1, 2]", "line 3: a JSON list, not an object"),
+        (b'{"id": "x", "type": "log", "extra": 1}', "line 3: unknown field(s) 'extra'"),
+        (b"\xff\xfe", "line 3: not UTF-8 text"),
+        (b"{" + b" " * MAX_LINE_BYTES + b"}", f"line 3: longer than {MAX_LINE_BYTES} bytes"),
+    ],
+)
+def test_a_line_that_is_no_signal_says_why(raw: bytes, problem: str) -> None:
+    found = parse_line(raw, 0, 3)
+    assert found.problem is not None and found.problem.startswith(problem)
+
+
+def test_data_may_be_an_object_a_string_or_absent() -> None:
+    as_text = parse_line(b'{"id": "x", "type": "log", "data": "{\\"message\\": \\"hi\\"}"}', 0, 1)
+    as_object = parse_line(b'{"id": "x", "type": "log", "data": {"message": "hi"}}', 0, 1)
+    absent = parse_line(b'{"id": "x", "type": "pause-snapshot"}', 0, 1)
+    assert json.loads(as_text.data or "") == json.loads(as_object.data or "") == {"message": "hi"}
+    assert absent.data is None and absent.problem is None
+
+
+def test_the_file_is_read_from_its_offset_and_again_from_its_start_when_replaced(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "signals.jsonl"
+    reader = SignalFile(path, 0)
+    assert reader.read() == []  # no file yet: waited for
+    path.write_text(_line("a") + '{"id": "b"')
+    assert [x.id for x in reader.read()] == ["a"]
+    assert reader.offset == len(_line("a"))
+    with path.open("a") as f:
+        f.write(', "type": "log", "data": {"message": "m"}}\n')
+    assert [x.id for x in reader.read()] == ["b"] and reader.read() == []
+    assert [x.id for x in SignalFile(path, len(_line("a"))).read()] == ["b"]  # a restart
+    path.write_text(_line("c"))  # replaced by a shorter file
+    assert [x.id for x in reader.read()] == ["c"]
+
+
+def test_a_line_longer_than_any_signal_is_passed_over_once_it_ends(tmp_path: Path) -> None:
+    path = tmp_path / "signals.jsonl"
+    path.write_bytes(b"x" * (5 * MAX_LINE_BYTES))
+    reader = SignalFile(path, 0)
+    assert reader.read() == [] and reader.offset == 0  # not ended: nothing to say yet
+    with path.open("a") as f:
+        f.write("\n" + _line("after"))
+    (problem,) = reader.read()
+    assert problem.problem is not None and "longer than" in problem.problem
+    assert [x.id for x in reader.read()] == ["after"]
+
+
+FILE_ONLY = '[signals]\nchannels = ["file"]\nfile = "{path}"\n'
+
+
+def test_a_file_signal_acts_once_across_restarts(tmp_path: Path) -> None:
+    path = tmp_path / "signals.jsonl"
+    extra = FILE_ONLY.format(path=path)
+    db, sink = Database(range(1, 11)), MemorySink()
+    path.write_text(_line("first"))
+    assert Setup(tmp_path, db, sink, extra).until_caught_up() == 0
+    assert sink.read_ids() == list(range(1, 11))
+    with path.open("a") as f:
+        f.write(_line("second"))
+    again = Setup(tmp_path, db, sink, extra)
+    assert again.until_caught_up() == 0
+    state = again.store.load()
+    # The first line was not acted on again: two snapshots, each read the table once.
+    assert [p.signal_id for p in state.snapshots] == ["first", "second"]
+    assert all(p.status is SnapshotStatus.DONE for p in state.snapshots)
+    assert sink.read_ids() == list(range(1, 11)) * 2
+    assert state.signal_files == {str(path): path.stat().st_size}
+
+
+def test_a_bad_line_is_a_problem_and_the_next_line_still_acts(tmp_path: Path) -> None:
+    path = tmp_path / "signals.jsonl"
+    path.write_text("{oops\n" + _line("good"))
+    db, sink = Database(range(1, 4)), MemorySink()
+    run = Setup(tmp_path, db, sink, FILE_ONLY.format(path=path))
+    assert run.until_caught_up() == 0
+    state = run.store.load()
+    (problem,) = state.signal_problems
+    assert problem.message.startswith(f"signal file {path}, line 1: not JSON")
+    assert [p.signal_id for p in state.snapshots] == ["good"]
+
+
+def test_with_the_table_channel_off_a_row_in_the_table_acts_on_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "signals.jsonl"
+    db, sink = Database(range(1, 4)), MemorySink()
+    db.signal(ExecuteSnapshot("from-table", (ITEMS,)))
+    with caplog.at_level("WARNING", logger="snapshotter.engine"):
+        run = Setup(tmp_path, db, sink, FILE_ONLY.format(path=path))
+        assert run.until_caught_up() == 0
+    assert run.store.load().snapshots == [] and sink.read_ids() == []
+    assert any('channels does not list "table"' in r.getMessage() for r in caplog.records)
+
+
+def test_the_file_channel_needs_its_file_and_source_is_the_table_channel(tmp_path: Path) -> None:
+    base = '[source]\nkind = "postgres"\nurl = "postgresql://u@h/db"\ntables = ["public.t"]\n'
+    with pytest.raises(ConfigError, match='channels lists "file" but no file is named'):
+        parse_config(base + '[signals]\nchannels = ["file"]\n', environ={})
+    config = parse_config(
+        base + '[signals]\nchannels = ["source", "file", "table"]\nfile = "s.jsonl"\n',
+        environ={},
+        base_dir=tmp_path,
+    )
+    assert config.signals.channels == ["table", "file"]
+    assert config.signals.file == tmp_path / "s.jsonl"  # relative to the config's directory
