@@ -1,7 +1,8 @@
-"""Signals as JSON lines (the file channel), without IO: complete lines cut from bytes read,
-each parsed into the three fields a signal table row has (``parse_signal``'s input).
+"""Signals as JSON lines (the file channel) or messages (the Kafka channel), without IO:
+complete lines cut from bytes read, each line or message parsed into the three fields a
+signal table row has (``parse_signal``'s input).
 
-One line is one signal in Debezium's file-channel shape::
+One line (one message) is one signal in Debezium's file- and Kafka-channel shape::
 
     {"id": "snap-1", "type": "execute-snapshot", "data": {"data-collections": ["public.t"]}}
 
@@ -19,11 +20,13 @@ MAX_LINE_BYTES = 1_000_000  # a longer line is refused, not buffered without end
 
 @dataclass(frozen=True)
 class SignalLine:
-    """One complete line: where it starts in the file, and the row it stands for (``id``,
-    ``type``, ``data``: as a signal table row has them) or why it is none (``problem``)."""
+    """One complete line (message): where it is (its byte offset in the file, or its offset
+    in the topic; ``where``, for messages: "line 3", "offset 17"), and the row it stands
+    for (``id``, ``type``, ``data``: as a signal table row has them) or why it is none
+    (``problem``, which starts with ``where``)."""
 
     offset: int
-    line_number: int
+    where: str
     id: object = None
     type: object = None
     data: str | None = None
@@ -46,17 +49,17 @@ def complete_lines(
             break
         raw = buffer[start:end]
         if raw.strip():
-            found.append(parse_line(raw, offset + start, number))
+            found.append(parse_line(raw, offset + start, f"line {number}"))
         start = end + 1
         number += 1
     return found, offset + start, number
 
 
-def parse_line(raw: bytes, offset: int, line_number: int) -> SignalLine:
-    """One line as a signal row, or the reason it is not one."""
+def parse_line(raw: bytes, offset: int, where: str) -> SignalLine:
+    """One line (message) as a signal row, or the reason it is not one."""
 
     def problem(text: str) -> SignalLine:
-        return SignalLine(offset, line_number, problem=f"line {line_number}: {text}")
+        return SignalLine(offset, where, problem=f"{where}: {text}")
 
     if len(raw) > MAX_LINE_BYTES:
         return problem(f"longer than {MAX_LINE_BYTES} bytes; a signal is one short JSON object")
@@ -81,4 +84,4 @@ def parse_line(raw: bytes, offset: int, line_number: int) -> SignalLine:
         )
     data = value.get("data")
     text = data if isinstance(data, str) or data is None else json.dumps(data)
-    return SignalLine(offset, line_number, id=value.get("id"), type=value.get("type"), data=text)
+    return SignalLine(offset, where, id=value.get("id"), type=value.get("type"), data=text)

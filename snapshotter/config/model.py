@@ -78,6 +78,16 @@ class Config(Section):
         return self
 
     @model_validator(mode="after")
+    def _signal_brokers_named(self) -> Config:
+        if "kafka" in self.signals.channels and not self.signals.bootstrap_servers_for(self.sink):
+            raise ValueError(
+                'signals.channels lists "kafka" but no brokers are named: set [signals] '
+                'kafka_bootstrap_servers = "host:9092" (or use the Kafka sink, whose brokers '
+                "it then reads)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _spanner_supports(self) -> Config:
         if not isinstance(self.source, SpannerSource):
             return self

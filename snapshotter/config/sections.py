@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -15,6 +15,10 @@ from snapshotter.config.common import (
     is_loopback,
     pattern,
 )
+
+if TYPE_CHECKING:
+    from snapshotter.config.sink import SinkConfig
+    from snapshotter.config.source import SourceConfig
 
 CONNECT_URL = pattern(
     r"^sc://\S+$",
@@ -135,7 +139,7 @@ class NotificationsConfig(Section):
         return list(dict.fromkeys(value))
 
 
-SignalChannel = Literal["table", "source", "file"]
+SignalChannel = Literal["table", "source", "file", "kafka"]
 
 
 def _table_channel() -> list[SignalChannel]:
@@ -146,14 +150,19 @@ class SignalsConfig(Section):
     # Where the engine reads signals (execute-snapshot, stop-snapshot, pause-snapshot, ...),
     # Debezium's channel names (signal.enabled.channels): "source" or "table" (rows of the
     # source's signal table, read from the log in order), "file" (JSON lines appended to
-    # `file`, one signal each, Debezium's shape: {"id": ..., "type": ..., "data": {...}}).
-    # `snapshotter signal` writes to the first one listed. The signal table stays the
-    # home of the watermark rows whatever the channels.
+    # `file`, one signal each, Debezium's shape: {"id": ..., "type": ..., "data": {...}}),
+    # "kafka" (messages of that shape on partition 0 of `kafka_topic`, keyed by the
+    # pipeline's name, [source] name). `snapshotter signal` writes to the first one listed.
+    # The signal table stays the home of the watermark rows whatever the channels.
     channels: list[SignalChannel] = Field(default_factory=_table_channel, min_length=1)
     # The file channel's file (relative: to the configuration file's directory). Read from
     # where the last checkpoint left it, so each line is acted on once across restarts;
     # the engine never writes it.
     file: Path | None = None
+    # The Kafka channel's topic (Debezium's signal.kafka.topic); unset: "<source name>-signal".
+    kafka_topic: str | None = Field(default=None, pattern=TOPIC_NAME)
+    # Its brokers, "host:port[,host:port...]"; unset: the Kafka sink's bootstrap_servers.
+    kafka_bootstrap_servers: str | None = Field(default=None, min_length=1)
 
     @field_validator("channels")
     @classmethod
@@ -169,3 +178,13 @@ class SignalsConfig(Section):
                 "(JSON lines, one signal each)"
             )
         return self
+
+    def topic_for(self, source: SourceConfig) -> str:
+        """The Kafka channel's topic."""
+        return self.kafka_topic or f"{source.topic_prefix}-signal"
+
+    def bootstrap_servers_for(self, sink: SinkConfig) -> str | None:
+        """The Kafka channel's brokers (None: none named)."""
+        if self.kafka_bootstrap_servers:
+            return self.kafka_bootstrap_servers
+        return sink.bootstrap_servers if sink.kind == "kafka" else None

@@ -230,9 +230,10 @@ class EngineState(_Model):
     # signal id -> the position token of the signal row in the log when it was processed
     processed_signals: dict[str, PositionToken] = Field(default_factory=dict)
     signal_problems: list[SignalProblem] = Field(default_factory=list)  # newest last
-    # The file channel ([signals] file): per file, the bytes of it already acted on (saved
-    # with the checkpoint that holds what those signals did, so a line acts once).
-    signal_files: dict[str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
+    # The file and Kafka signal channels ([signals]): per channel ("file:<path>",
+    # "kafka:<topic>"), how far it is acted on (the file's bytes, the topic's next offset),
+    # saved with the checkpoint that holds what those signals did, so each acts once.
+    signal_channels: dict[str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
     # What the sink said at the checkpoint this state belongs to (e.g. the JSONL byte offset).
     sink: dict[str, Any] = Field(default_factory=dict)
 

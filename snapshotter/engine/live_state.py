@@ -85,9 +85,9 @@ class LiveState:
         self.state.mark_processed(signal_id, position)
         self._changed.add(Changed.SIGNALS)
 
-    def signal_file_read(self, path: str, offset: int) -> None:
-        """The file channel's ``path`` is acted on up to byte ``offset``."""
-        self.state.signal_files[path] = offset
+    def signal_channel_read(self, key: str, offset: int) -> None:
+        """The signal channel ``key`` (a file, a topic) is acted on up to ``offset``."""
+        self.state.signal_channels[key] = offset
         self._changed.add(Changed.SIGNALS)
 
     def problem_kept(self, problem: SignalProblem) -> None:

@@ -274,7 +274,7 @@ class Engine:
         whether the engine is caught up (``run`` then stops); else False."""
         for item in reader.read(READ_TIMEOUT_S):
             self._handle(item)
-        self._signals.read_file(self._clock())
+        self._signals.read_channels(self._clock())
         self._output.flush()
         self._refresh_unfinished_keys()
         self._windows.take_answers()
@@ -309,6 +309,7 @@ class Engine:
             self._collect_acks()
         finally:
             self._reader.close()
+            self._signals.close()
             self._dialect.close()
             self._watch.close()
 

@@ -23,9 +23,13 @@ READ_BYTES = 4 * MAX_LINE_BYTES  # read per poll at most (a burst of signals spa
 
 
 class SignalFile:
+    """The file channel's reader (``signal_channels.ChannelReader``)."""
+
     def __init__(self, path: Path, offset: int) -> None:
         self.path = path
-        self.offset = offset  # the bytes acted on (state's signal_files[path])
+        self.key = f"file:{path}"  # in state's signal_channels
+        self.label = f"signal file {path}"
+        self.offset = offset  # the bytes acted on (state's signal_channels[key])
         self._line = 1  # the number of the line at ``offset``, for messages (1 after a restart)
         self._missing_logged = False
 
@@ -59,6 +63,9 @@ class SignalFile:
         self.offset, self._line = end, line
         return lines
 
+    def close(self) -> None:
+        pass  # nothing held open between reads
+
     def _skip_long_line(self, f: BinaryIO, buffer: bytes) -> tuple[list[SignalLine], int, int]:
         """A line longer than any signal: passed over once it ends, as one problem."""
         length = len(buffer)
@@ -69,7 +76,7 @@ class SignalFile:
         length += chunk.index(b"\n") + 1
         problem = SignalLine(
             self.offset,
-            self._line,
+            f"line {self._line}",
             problem=f"line {self._line}: longer than {MAX_LINE_BYTES} bytes; a signal is one "
             "short JSON object",
         )

@@ -1,7 +1,7 @@
 """The rows the log brings of the signal table: parsed, each user signal acted on once
 (``signal_actions``), watermark rows handed back to the engine (they are the chunk windows',
 ``window_close``), and a row the engine cannot act on kept as a problem for ``status``.
-Signals of the file channel (``signal_file``) are acted on by the same rules.
+Signals of the file and Kafka channels (``signal_channels``) are acted on by the same rules.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from snapshotter.engine.outcome import RunOutcome
 from snapshotter.engine.retry import SourceRetry, SourceUnavailableError
 from snapshotter.engine.scheduler import Scheduler
 from snapshotter.engine.signal_actions import SignalActions, SignalContext
-from snapshotter.engine.signal_file import SignalFile
+from snapshotter.engine.signal_channels import open_channels
 from snapshotter.engine.snapshot_scope import snapshot_scope
 from snapshotter.engine.workers import Task
 from snapshotter.sources.base import Dialect
 
 log = logging.getLogger("snapshotter.engine")
 
-FILE_POLL_S = 0.2  # how often the file channel's file is looked at
+CHANNEL_POLL_S = 0.2  # how often the file and Kafka channels are looked at
 
 
 class SignalRows:
@@ -54,9 +54,8 @@ class SignalRows:
         self._failures = failures
         self._channels = config.signals.channels
         self._table_channel = "table" in self._channels
-        file = config.signals.file if "file" in self._channels else None
-        self._file = SignalFile(file, self._state.signal_files.get(str(file), 0)) if file else None
-        self._next_file_read = 0.0
+        self._readers = open_channels(config, self._state)
+        self._next_read = 0.0
         # What execute-snapshot is planned against: the config's, as `signal` checks it.
         scope = snapshot_scope(config.source, config.own_tables)
         self._actions = SignalActions.default(
@@ -109,34 +108,33 @@ class SignalRows:
         self._act(signal, event.position)
         return None
 
-    def read_file(self, now: float) -> None:
-        """Act on the lines appended to the file channel's file since the last read (at most
-        every ``FILE_POLL_S``); only between transactions, where a checkpoint may follow."""
-        channel = self._file
-        if channel is None or now < self._next_file_read or self._live.in_transaction:
+    def read_channels(self, now: float) -> None:
+        """Act on what the file and Kafka channels got since the last read (at most every
+        ``CHANNEL_POLL_S``); only between transactions, where a checkpoint may follow."""
+        if not self._readers or now < self._next_read or self._live.in_transaction:
             return
-        self._next_file_read = now + FILE_POLL_S
-        lines = channel.read()
-        path = str(channel.path)
-        if channel.offset == self._state.signal_files.get(path, 0):
-            return
+        self._next_read = now + CHANNEL_POLL_S
         token = self._state.stream.position
         position = Position.from_token(token) if token else Position(0)
-        for line in lines:
-            self.from_file(line, path, position)
-        self._live.signal_file_read(path, channel.offset)
+        for reader in self._readers:
+            lines = reader.read()
+            if reader.offset == self._state.signal_channels.get(reader.key, 0):
+                continue
+            for line in lines:
+                self.from_channel(line, reader.label, position)
+            self._live.signal_channel_read(reader.key, reader.offset)
 
-    def from_file(self, line: SignalLine, path: str, position: Position) -> None:
-        """Act on a line of the file channel's ``path``, read when the log was at
-        ``position``."""
+    def from_channel(self, line: SignalLine, channel: str, position: Position) -> None:
+        """Act on a line of a file or a message of a topic (``channel``: how messages name
+        it), read when the log was at ``position``."""
         if line.problem is not None:
-            self._failures.signal("?", "?", f"signal file {path}, {line.problem}", position)
+            self._failures.signal("?", "?", f"{channel}, {line.problem}", position)
             return
         signal = parse_signal(
             line.id, line.type, line.data, dollar_quotes=self._dialect.dollar_quotes
         )
+        where = f"{channel}, {line.where}"
         if isinstance(signal, SignalError):
-            where = f"signal file {path}, line {line.line_number}"
             self._failures.signal(
                 signal.signal_id, signal.signal_type, f"{where}: {signal.problem}", position
             )
@@ -145,12 +143,17 @@ class SignalRows:
             self._failures.signal(
                 signal.window_id,
                 f"snapshot-window-{signal.kind.value}",
-                f"signal file {path}, line {line.line_number}: a watermark is the engine's own "
-                "row in the signal table, never a signal to send; remove the line",
+                f"{where}: a watermark is the engine's own row in the signal table, never a "
+                "signal to send; remove it",
                 position,
             )
             return
         self._act(signal, position)
+
+    def close(self) -> None:
+        """Release the channels' readers (a Kafka consumer)."""
+        for reader in self._readers:
+            reader.close()
 
     def _act(self, signal: Signal, position: Position) -> None:
         if self._state.was_processed(signal.id, position):

@@ -27,9 +27,9 @@ def _line(signal_id: str, table: str = "public.items") -> str:
 def test_only_complete_lines_are_cut_and_blank_ones_skipped() -> None:
     text = (_line("a") + "\n" + _line("b") + '{"id": "half').encode()
     lines, end, line = complete_lines(text, 100, 7)
-    assert [(x.id, x.line_number, x.offset) for x in lines] == [
-        ("a", 7, 100),
-        ("b", 9, 100 + len(_line("a")) + 1),
+    assert [(x.id, x.where, x.offset) for x in lines] == [
+        ("a", "line 7", 100),
+        ("b", "line 9", 100 + len(_line("a")) + 1),
     ]
     assert end == 100 + text.index(b'{"id": "half') and line == 10
     assert lines[0].data == json.dumps(
@@ -48,14 +48,16 @@ def test_only_complete_lines_are_cut_and_blank_ones_skipped() -> None:
     ],
 )
 def test_a_line_that_is_no_signal_says_why(raw: bytes, problem: str) -> None:
-    found = parse_line(raw, 0, 3)
+    found = parse_line(raw, 0, "line 3")
     assert found.problem is not None and found.problem.startswith(problem)
 
 
 def test_data_may_be_an_object_a_string_or_absent() -> None:
-    as_text = parse_line(b'{"id": "x", "type": "log", "data": "{\\"message\\": \\"hi\\"}"}', 0, 1)
-    as_object = parse_line(b'{"id": "x", "type": "log", "data": {"message": "hi"}}', 0, 1)
-    absent = parse_line(b'{"id": "x", "type": "pause-snapshot"}', 0, 1)
+    as_text = parse_line(
+        b'{"id": "x", "type": "log", "data": "{\\"message\\": \\"hi\\"}"}', 0, "line 1"
+    )
+    as_object = parse_line(b'{"id": "x", "type": "log", "data": {"message": "hi"}}', 0, "line 1")
+    absent = parse_line(b'{"id": "x", "type": "pause-snapshot"}', 0, "line 1")
     assert json.loads(as_text.data or "") == json.loads(as_object.data or "") == {"message": "hi"}
     assert absent.data is None and absent.problem is None
 
@@ -108,7 +110,7 @@ def test_a_file_signal_acts_once_across_restarts(tmp_path: Path) -> None:
     assert [p.signal_id for p in state.snapshots] == ["first", "second"]
     assert all(p.status is SnapshotStatus.DONE for p in state.snapshots)
     assert sink.read_ids() == list(range(1, 11)) * 2
-    assert state.signal_files == {str(path): path.stat().st_size}
+    assert state.signal_channels == {f"file:{path}": path.stat().st_size}
 
 
 def test_a_bad_line_is_a_problem_and_the_next_line_still_acts(tmp_path: Path) -> None:
@@ -147,3 +149,122 @@ def test_the_file_channel_needs_its_file_and_source_is_the_table_channel(tmp_pat
     )
     assert config.signals.channels == ["table", "file"]
     assert config.signals.file == tmp_path / "s.jsonl"  # relative to the config's directory
+
+
+# --- the Kafka channel's reader, on a consumer that stands in for kafka-python's ------------
+
+
+class Record:
+    def __init__(self, offset: int, key: bytes | None, value: bytes | None) -> None:
+        self.offset, self.key, self.value = offset, key, value
+
+
+class Consumer:
+    """kafka-python's consumer as the reader uses it: assign, seek, poll, close."""
+
+    def __init__(self, records: list[Record] | None, fail: bool = False) -> None:
+        self.records, self.fail = records, fail
+        self.at = -1
+        self.closed = False
+
+    def assign(self, partitions: list[object]) -> None:
+        pass
+
+    def seek(self, partition: object, offset: int) -> None:
+        self.at = offset
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        if self.fail:
+            raise ConnectionError("NoBrokersAvailable")
+        return {0} if self.records is not None else None
+
+    def end_offsets(self, partitions: list[object]) -> dict[object, int]:
+        records = self.records or []
+        return {p: records[-1].offset + 1 if records else 0 for p in partitions}
+
+    def poll(self, timeout_ms: int, max_records: int) -> dict[str, list[Record]]:
+        found = [r for r in self.records or [] if r.offset >= self.at][:max_records]
+        self.at = found[-1].offset + 1 if found else self.at
+        return {"partition-0": found} if found else {}
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _message(signal_id: str) -> bytes:
+    return _line(signal_id).strip().encode()
+
+
+def test_the_topic_is_read_from_the_saved_offset_and_other_pipelines_skipped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from snapshotter.engine.signal_kafka import KafkaSignals
+
+    records = [
+        Record(0, b"test", _message("old")),
+        Record(1, b"other", _message("theirs")),
+        Record(2, b"test", None),  # a tombstone
+        Record(3, b"test", b"not json"),
+        Record(4, b"test", _message("mine")),
+    ]
+    consumer = Consumer(records)
+    reader = KafkaSignals("k:9092", "test-signal", "test", 1, consumer=lambda _: consumer)
+    with caplog.at_level("INFO", logger="snapshotter.engine"):
+        lines = reader.read()
+    assert [(x.where, x.id, x.problem is not None) for x in lines] == [
+        ("offset 3", None, True),
+        ("offset 4", "mine", False),
+    ]
+    assert reader.offset == 5 and reader.key == "kafka:test-signal"
+    assert any(
+        "for pipeline 'other', not this one ('test')" in r.getMessage() for r in caplog.records
+    )
+    assert reader.read() == []
+    reader.close()
+    assert consumer.closed
+
+
+def test_kafka_out_of_reach_is_logged_and_tried_again_later(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from snapshotter.engine.signal_kafka import RETRY_S, KafkaSignals
+
+    now = [0.0]
+    consumers = [Consumer([], fail=True), Consumer([Record(0, b"test", _message("late"))])]
+    reader = KafkaSignals(
+        "k:9092", "t", "test", 0, consumer=lambda _: consumers.pop(0), clock=lambda: now[0]
+    )
+    with caplog.at_level("WARNING", logger="snapshotter.engine"):
+        assert reader.read() == []
+        assert reader.read() == []  # not tried again before RETRY_S
+    assert len(consumers) == 1
+    assert "cannot be read (NoBrokersAvailable); signals there wait" in caplog.text
+    now[0] = RETRY_S
+    assert [x.id for x in reader.read()] == ["late"]
+
+
+def test_the_kafka_channel_needs_brokers_and_takes_the_sinks() -> None:
+    base = '[source]\nkind = "postgres"\nurl = "postgresql://u@h/db"\ntables = ["public.t"]\n'
+    with pytest.raises(ConfigError, match='channels lists "kafka" but no brokers are named'):
+        parse_config(base + '[signals]\nchannels = ["kafka"]\n', environ={})
+    config = parse_config(
+        base + '[sink]\nkind = "kafka"\nbootstrap_servers = "b:9092"\n'
+        '[signals]\nchannels = ["kafka"]\n',
+        environ={},
+    )
+    assert config.signals.bootstrap_servers_for(config.sink) == "b:9092"
+    assert config.signals.topic_for(config.source) == "db-signal"  # Debezium's default
+
+
+def test_a_missing_topic_is_waited_for_quietly() -> None:
+    from snapshotter.engine.signal_kafka import MISSING_RETRY_S, KafkaSignals
+
+    now = [0.0]
+    consumers = [Consumer(None), Consumer([Record(0, b"test", _message("first"))])]
+    reader = KafkaSignals(
+        "k:9092", "t", "test", 0, consumer=lambda _: consumers.pop(0), clock=lambda: now[0]
+    )
+    assert reader.read() == [] and reader.read() == []
+    assert len(consumers) == 1  # looked for again only after MISSING_RETRY_S
+    now[0] = MISSING_RETRY_S
+    assert [x.id for x in reader.read()] == ["first"]

@@ -149,15 +149,15 @@ def test_empty_state_round_trips() -> None:
         "snapshots": [],
         "processed_signals": {},
         "signal_problems": [],
-        "signal_files": {},
+        "signal_channels": {},
         "sink": {},
     }
 
 
-def test_a_state_from_before_the_file_channel_loads() -> None:
+def test_a_state_from_before_the_signal_channels_loads() -> None:
     older = json.loads(EngineState().to_json())
-    del older["signal_files"]
-    assert EngineState.from_json(json.dumps(older)).signal_files == {}
+    del older["signal_channels"]
+    assert EngineState.from_json(json.dumps(older)).signal_channels == {}
 
 
 text_keys = st.tuples(st.text(), st.decimals(allow_nan=False, allow_infinity=False), st.binary())

@@ -1,6 +1,6 @@
-"""Signals: ``signal`` (check a signal, then insert it into the signal table, or append it
-to the file channel's file when ``[signals] channels`` lists "file" first) and ``signals``
-(list the signal table)."""
+"""Signals: ``signal`` (check a signal, then insert it into the signal table, or send it to
+the channel ``[signals] channels`` lists first: a line appended to the file, a message on
+the Kafka topic) and ``signals`` (list the signal table)."""
 
 from __future__ import annotations
 
@@ -61,14 +61,17 @@ def cmd_signal(session: Session, args: argparse.Namespace) -> int:
     if isinstance(parsed, SignalError):
         raise CliError(f"not sent: {printable(parsed.problem)}", code=2)
     assert not isinstance(parsed, Watermark)
-    if config.signals.channels[0] == "file":
+    channel = config.signals.channels[0]
+    if channel in ("file", "kafka"):
         if isinstance(parsed, ExecuteSnapshot) and not args.no_check:
             _check_snapshot(config, parsed)
-        assert config.signals.file is not None  # the config's rule
-        _append_signal(config.signals.file, parsed)
-        out.print(
-            escape(f"{parsed.type.value} signal {parsed.id} appended to {config.signals.file}")
-        )
+        if channel == "file":
+            assert config.signals.file is not None  # the config's rule
+            _append_signal(config.signals.file, parsed)
+            where = str(config.signals.file)
+        else:
+            where = _send_signal(config, parsed)
+        out.print(escape(f"{parsed.type.value} signal {parsed.id} sent to {where}"))
         return 0
     engine = connect(config)
     if isinstance(parsed, ExecuteSnapshot) and not args.no_check:
@@ -104,6 +107,51 @@ def _append_signal(path: Path, signal: Signal) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _send_signal(config: Config, signal: Signal) -> str:
+    """The signal sent to the Kafka channel's topic, keyed by the pipeline's name (as
+    Debezium's Kafka signal channel reads it), acknowledged before this returns."""
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaError
+
+    servers = config.signals.bootstrap_servers_for(config.sink)
+    assert servers is not None  # the config's rule
+    topic = config.signals.topic_for(config.source)
+    value = json.dumps({"id": signal.id, "type": signal.type.value, "data": signal.data()})
+    brokers = [s.strip() for s in servers.split(",") if s.strip()]
+    try:
+        _create_topic(config, brokers, topic)
+        producer = KafkaProducer(bootstrap_servers=brokers, acks="all")
+        try:
+            key = config.source.topic_prefix.encode()
+            producer.send(topic, key=key, value=value.encode(), partition=0).get(timeout=30)
+        finally:
+            producer.close(timeout=5)
+    except KafkaError as exc:
+        raise CliError(
+            f"cannot send the signal to topic {topic} at {servers} ({exc}); check [signals] "
+            "kafka_bootstrap_servers",
+            code=1,
+        ) from None
+    return f"topic {topic}"
+
+
+def _create_topic(config: Config, brokers: list[str], topic: str) -> None:
+    """The signal topic, one partition (Debezium's channel reads partition 0 alone), created
+    when missing (brokers here do not create topics on first use)."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    admin = KafkaAdminClient(bootstrap_servers=brokers)
+    try:
+        if topic not in admin.list_topics():
+            replication = config.sink.replication if config.sink.kind == "kafka" else 1
+            admin.create_topics([NewTopic(topic, 1, replication)])
+    except TopicAlreadyExistsError:
+        pass  # created by another `signal` in between
+    finally:
+        admin.close()
 
 
 def _insert_signal(config: Config, connector: Connector, engine: Any, signal: Signal) -> str:

@@ -1,11 +1,14 @@
-"""The file channel on real servers (PostgreSQL, MariaDB): `snapshotter signal` appends the
-signal to `[signals] file` (nothing inserted into the signal table); `run` snapshots the table
-from it while a writer changes it, converges, and acts on that line once across a second run;
-a signal inserted into the table with the table channel off acts on nothing."""
+"""The file and Kafka signal channels on real servers (the file on PostgreSQL and MariaDB,
+Kafka on PostgreSQL): `snapshotter signal` appends the signal to `[signals] file` or sends it
+to the signal topic (nothing inserted into the signal table); `run` snapshots the table from
+it while a writer changes it, converges, and acts on that signal once across a second run; a
+signal inserted into the table with the table channel off acts on nothing."""
 
 from __future__ import annotations
 
 import json
+import os
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,18 +22,34 @@ pytestmark = pytest.mark.integration
 ROWS = 500
 
 
-@pytest.fixture(params=["postgres", "mysql"])
-def setup(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Capture, str, Path]:
-    postgres = request.param == "postgres"
+Setup = tuple[Capture, str, Path, str]
+
+
+@pytest.fixture(
+    params=[("postgres", "file"), ("mysql", "file"), ("postgres", "kafka")],
+    ids=["postgres-file", "mysql-file", "postgres-kafka"],
+)
+def setup(request: pytest.FixtureRequest, tmp_path: Path) -> Setup:
+    kind, channel = request.param
+    postgres = kind == "postgres"
     factory: Callable[..., Capture] = request.getfixturevalue(
         "capture" if postgres else "mysql_capture"
     )
     schema: str = request.getfixturevalue("pg_schema" if postgres else "mysql_db")
     path = tmp_path / "signals.jsonl"
+    if channel == "file":
+        settings = f'channels = ["file"]\nfile = "{path}"'
+        where = str(path)
+    else:
+        bootstrap = os.environ.get("SNAPSHOTTER_KAFKA_BOOTSTRAP", "127.0.0.1:29092")
+        topic = f"signals-{uuid.uuid4().hex[:10]}"  # a topic per test: no earlier signals
+        settings = (
+            f'channels = ["kafka"]\nkafka_topic = "{topic}"\n'
+            f'kafka_bootstrap_servers = "{bootstrap}"'
+        )
+        where = f"topic {topic}"
     cap = factory(
-        tables=[f"{schema}.items"],
-        extra_config=f'\n[signals]\nchannels = ["file"]\nfile = "{path}"\n',
-        chunk_size=64,
+        tables=[f"{schema}.items"], extra_config=f"\n[signals]\n{settings}\n", chunk_size=64
     )
     q = '"' if postgres else "`"
     name = f"{q}{schema}{q}.{q}items{q}"
@@ -38,26 +57,30 @@ def setup(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Capture, str,
     if postgres:
         cap.sql(f"ALTER TABLE {name} REPLICA IDENTITY FULL")
     cap.sql(f"INSERT INTO {name} VALUES " + ", ".join(f"({n}, 'n{n}')" for n in range(ROWS)))
-    return cap, name, path
+    return cap, name, path, where
 
 
 def _signal_rows(cap: Capture, schema_table: str) -> int:
     return int(cap.sql(f"SELECT count(*) FROM {schema_table}")[0][0])
 
 
-def test_a_snapshot_signalled_by_file_converges_and_acts_once(
-    setup: tuple[Capture, str, Path], capsys: pytest.CaptureFixture[str]
+def test_a_snapshot_signalled_by_the_channel_converges_and_acts_once(
+    setup: Setup, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cap, name, path = setup
+    cap, name, path, where = setup
     cap.init()
     signal_table = name.replace("items", "debezium_signal")
     capsys.readouterr()
     cap.execute(f"{cap.schema}.items")
-    assert "appended to" in capsys.readouterr().out
-    (line,) = path.read_text().splitlines()
-    sent: dict[str, Any] = json.loads(line)
-    assert sent["type"] == "execute-snapshot"
-    assert sent["data"]["data-collections"] == [f"{cap.schema}.items"]
+    printed = capsys.readouterr().out
+    assert f"sent to {where}" in printed
+    if path.exists():
+        (line,) = path.read_text().splitlines()
+        sent: dict[str, Any] = json.loads(line)
+        assert sent["type"] == "execute-snapshot"
+        assert sent["data"]["data-collections"] == [f"{cap.schema}.items"]
+    else:  # the topic: the id is the one printed
+        sent = {"id": printed.split(" signal ")[1].split()[0]}
     assert _signal_rows(cap, signal_table) == 0  # nothing inserted: the file is the channel
     engine = cap.start(until_caught_up=True)
     for n in range(0, ROWS, 7):  # changes while it reads: the window rules still hold
@@ -77,9 +100,9 @@ def test_a_snapshot_signalled_by_file_converges_and_acts_once(
 
 
 def test_with_the_table_channel_off_a_row_in_the_signal_table_acts_on_nothing(
-    setup: tuple[Capture, str, Path],
+    setup: Setup,
 ) -> None:
-    cap, name, _ = setup
+    cap, name, _, _ = setup
     cap.init()
     signal_table = name.replace("items", "debezium_signal")
     data = json.dumps({"data-collections": [f"{cap.schema}.items"]})
