@@ -32,7 +32,14 @@ def default_consumer(bootstrap_servers: str) -> Any:
     from kafka import KafkaConsumer
 
     servers = [s.strip() for s in bootstrap_servers.split(",") if s.strip()]
-    return KafkaConsumer(bootstrap_servers=servers, group_id=None, enable_auto_commit=False)
+    # An offset the topic no longer holds (retention) starts at its earliest message, not
+    # past every message there (kafka-python's default, "latest").
+    return KafkaConsumer(
+        bootstrap_servers=servers,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
 
 
 class KafkaSignals:
@@ -58,6 +65,7 @@ class KafkaSignals:
         self._clock = clock
         self._consumer: Any = None
         self._end: int | None = None  # the topic's end when opened, until read up to it
+        self._partition: Any = None
         self._retry_at = 0.0
         self._missing_logged = False
 
@@ -99,11 +107,8 @@ class KafkaSignals:
         end, self._end = self._end, None
         deadline = self._clock() + FIRST_READ_S
         polled: list[Any] = []
-        at = self.offset
-        while at < end and self._clock() < deadline:
-            batch = self._consumer.poll(timeout_ms=100, max_records=MAX_RECORDS)
-            polled.append(batch)
-            at = max([at] + [r.offset + 1 for records in batch.values() for r in records])
+        while self._consumer.position(self._partition) < end and self._clock() < deadline:
+            polled.append(self._consumer.poll(timeout_ms=100, max_records=MAX_RECORDS))
         return polled
 
     def _open(self) -> bool:
@@ -121,7 +126,7 @@ class KafkaSignals:
                     log.info("%s does not exist yet; waiting for it", self.label)
                     self._missing_logged = True
                 return False
-            partition = TopicPartition(self._topic, 0)
+            partition = self._partition = TopicPartition(self._topic, 0)
             consumer.assign([partition])
             consumer.seek(partition, self.offset)
             self._end = int(consumer.end_offsets([partition]).get(partition, 0))

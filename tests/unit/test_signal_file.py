@@ -165,6 +165,7 @@ class Consumer:
     def __init__(self, records: list[Record] | None, fail: bool = False) -> None:
         self.records, self.fail = records, fail
         self.at = -1
+        self.polls = 0
         self.closed = False
 
     def assign(self, partitions: list[object]) -> None:
@@ -182,9 +183,13 @@ class Consumer:
         records = self.records or []
         return {p: records[-1].offset + 1 if records else 0 for p in partitions}
 
+    def position(self, partition: object) -> int:
+        return self.at
+
     def poll(self, timeout_ms: int, max_records: int) -> dict[str, list[Record]]:
         found = [r for r in self.records or [] if r.offset >= self.at][:max_records]
         self.at = found[-1].offset + 1 if found else self.at
+        self.polls += 1
         return {"partition-0": found} if found else {}
 
     def close(self) -> None:
@@ -268,3 +273,15 @@ def test_a_missing_topic_is_waited_for_quietly() -> None:
     assert len(consumers) == 1  # looked for again only after MISSING_RETRY_S
     now[0] = MISSING_RETRY_S
     assert [x.id for x in reader.read()] == ["first"]
+
+
+def test_the_first_read_drains_the_topic_to_its_end() -> None:
+    """What was sent before the run acts in its first step (``run --until-caught-up`` would
+    otherwise find itself caught up first), however many messages wait."""
+    from snapshotter.engine.signal_kafka import MAX_RECORDS, KafkaSignals
+
+    waiting = MAX_RECORDS + 100
+    consumer = Consumer([Record(n, b"test", _message(f"s{n}")) for n in range(waiting)])
+    reader = KafkaSignals("k:9092", "t", "test", 0, consumer=lambda _: consumer)
+    assert len(reader.read()) == waiting and consumer.polls == 2
+    assert reader.offset == waiting
