@@ -36,13 +36,23 @@ class SignalFile:
     def read(self) -> list[SignalLine]:
         """The complete lines appended since the last read; ``offset`` moves past them."""
         try:
-            size = os.stat(self.path).st_size
+            return self._read()
         except FileNotFoundError:
             if not self._missing_logged:
                 log.info("signal file %s does not exist yet; waiting for it", self.path)
                 self._missing_logged = True
-            return []
-        self._missing_logged = False
+        except OSError as exc:  # unreadable (permissions, a directory): the stream goes on
+            if not self._missing_logged:
+                log.warning("signal file %s cannot be read (%s); waiting for it", self.path, exc)
+                self._missing_logged = True
+        return []
+
+    def rewind(self, offset: int) -> None:
+        """Read again from byte ``offset`` (a line whose action did not complete)."""
+        self.offset = offset
+
+    def _read(self) -> list[SignalLine]:
+        size = os.stat(self.path).st_size
         if size < self.offset:
             log.warning(
                 "signal file %s is shorter (%d bytes) than what was read of it (%d): it was "
@@ -53,6 +63,7 @@ class SignalFile:
             )
             self.offset, self._line = 0, 1
         if size == self.offset:
+            self._missing_logged = False
             return []
         with open(self.path, "rb") as f:
             f.seek(self.offset)
@@ -61,6 +72,7 @@ class SignalFile:
             if not lines and end == self.offset and len(buffer) > MAX_LINE_BYTES:
                 lines, end, line = self._skip_long_line(f, buffer)
         self.offset, self._line = end, line
+        self._missing_logged = False
         return lines
 
     def close(self) -> None:

@@ -22,6 +22,7 @@ log = logging.getLogger("snapshotter.engine")
 
 RETRY_S = 60.0  # Kafka out of reach: looked at again (and logged) this often
 MAX_RECORDS = 500  # per read
+TIMEOUT_MS = 2000  # the longest a call to the brokers may wait
 MISSING_RETRY_S = 2.0  # no topic yet: looked for again this often
 FIRST_READ_S = 10.0  # the first read waits this long at most for the topic's end
 
@@ -34,11 +35,15 @@ def default_consumer(bootstrap_servers: str) -> Any:
     servers = [s.strip() for s in bootstrap_servers.split(",") if s.strip()]
     # An offset the topic no longer holds (retention) starts at its earliest message, not
     # past every message there (kafka-python's default, "latest").
+    # Short waits: the engine's thread reads the channel between log reads, so a broker out
+    # of reach may hold the stream up for these at most (kafka-python's defaults: 30 s).
     return KafkaConsumer(
         bootstrap_servers=servers,
         group_id=None,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
+        bootstrap_timeout_ms=TIMEOUT_MS,
+        request_timeout_ms=TIMEOUT_MS,
     )
 
 
@@ -107,7 +112,10 @@ class KafkaSignals:
         end, self._end = self._end, None
         deadline = self._clock() + FIRST_READ_S
         polled: list[Any] = []
-        while self._consumer.position(self._partition) < end and self._clock() < deadline:
+        while (
+            self._consumer.position(self._partition, timeout_ms=TIMEOUT_MS) < end
+            and self._clock() < deadline
+        ):
             polled.append(self._consumer.poll(timeout_ms=100, max_records=MAX_RECORDS))
         return polled
 
@@ -116,6 +124,7 @@ class KafkaSignals:
             return False
         from kafka import TopicPartition
 
+        consumer = None
         try:
             consumer = self._new_consumer(self._bootstrap)
             if not consumer.partitions_for_topic(self._topic):
@@ -129,9 +138,13 @@ class KafkaSignals:
             partition = self._partition = TopicPartition(self._topic, 0)
             consumer.assign([partition])
             consumer.seek(partition, self.offset)
-            self._end = int(consumer.end_offsets([partition]).get(partition, 0))
+            ends = consumer.end_offsets([partition], timeout_ms=TIMEOUT_MS)
+            self._end = int(ends.get(partition, 0))
         except Exception as exc:
             self._unreachable(exc)
+            if consumer is not None:
+                self._consumer = consumer
+                self.close()  # its network thread too
             return False
         self._consumer = consumer
         return True
@@ -146,6 +159,11 @@ class KafkaSignals:
             exc,
             RETRY_S,
         )
+
+    def rewind(self, offset: int) -> None:
+        """Read again from ``offset`` (a message whose action did not complete)."""
+        self.offset = offset
+        self.close()  # the next read seeks there
 
     def close(self) -> None:
         if self._consumer is not None:

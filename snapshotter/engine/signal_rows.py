@@ -121,7 +121,14 @@ class SignalRows:
             if reader.offset == self._state.signal_channels.get(reader.key, 0):
                 continue
             for line in lines:
-                self.from_channel(line, reader.label, position)
+                try:
+                    self.from_channel(line, reader.label, position)
+                except SourceUnavailableError:
+                    # The engine stops with state saved: saved to before this line, so the
+                    # next run acts on it (the lines before it are done).
+                    reader.rewind(line.offset)
+                    self._live.signal_channel_read(reader.key, line.offset)
+                    raise
             self._live.signal_channel_read(reader.key, reader.offset)
 
     def from_channel(self, line: SignalLine, channel: str, position: Position) -> None:
@@ -148,7 +155,9 @@ class SignalRows:
                 position,
             )
             return
-        self._act(signal, position)
+        # No dedup by id here: the channel's saved offset is what keeps a line from acting
+        # twice (a reused id, later in the file or topic, acts again, as in Debezium).
+        self._dispatch(signal, position)
 
     def close(self) -> None:
         """Release the channels' readers (a Kafka consumer)."""
@@ -159,6 +168,9 @@ class SignalRows:
         if self._state.was_processed(signal.id, position):
             return
         self._live.signal_processed(signal.id, position)
+        self._dispatch(signal, position)
+
+    def _dispatch(self, signal: Signal, position: Position) -> None:
         log.info("signal %s (%s) received", signal.id, signal.type.value)
         try:
             self._actions.dispatch(signal, position)

@@ -64,3 +64,18 @@ def test_a_created_table_is_read_by_delta_rs_and_created_once(tmp_path: Path) ->
 
 def test_a_remote_location_is_left_to_spark() -> None:
     assert not create_table("s3://bucket/current", SCHEMA, {})
+
+
+def test_an_empty_log_left_by_a_crash_is_no_table_and_is_created_over(tmp_path: Path) -> None:
+    """A crash between making ``_delta_log`` and linking commit 0 leaves the directory alone:
+    that is no table (every landing would fail on it), and the next create writes it."""
+    from typing import Any, cast
+
+    from snapshotter.sinks.spark.formats.delta import DeltaTables
+
+    (tmp_path / "current" / "_delta_log").mkdir(parents=True)
+    tables = DeltaTables(cast(Any, None))  # the local check asks no Spark session
+    assert tables.fresh(str(tmp_path))
+    assert create_table(str(tmp_path / "current"), SCHEMA, CURRENT_PROPERTIES)
+    assert not tables.fresh(str(tmp_path))
+    assert deltalake.DeltaTable(str(tmp_path / "current")).version() == 0

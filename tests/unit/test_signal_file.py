@@ -179,11 +179,11 @@ class Consumer:
             raise ConnectionError("NoBrokersAvailable")
         return {0} if self.records is not None else None
 
-    def end_offsets(self, partitions: list[object]) -> dict[object, int]:
+    def end_offsets(self, partitions: list[object], timeout_ms: int) -> dict[object, int]:
         records = self.records or []
         return {p: records[-1].offset + 1 if records else 0 for p in partitions}
 
-    def position(self, partition: object) -> int:
+    def position(self, partition: object, timeout_ms: int) -> int:
         return self.at
 
     def poll(self, timeout_ms: int, max_records: int) -> dict[str, list[Record]]:
@@ -285,3 +285,68 @@ def test_the_first_read_drains_the_topic_to_its_end() -> None:
     reader = KafkaSignals("k:9092", "t", "test", 0, consumer=lambda _: consumer)
     assert len(reader.read()) == waiting and consumer.polls == 2
     assert reader.offset == waiting
+
+
+def test_a_file_signal_cut_short_by_a_source_outage_acts_after_the_restart(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The outage stops the engine with state saved between transactions (a final checkpoint
+    runs): saved to before the line whose action did not complete, and nothing marks that
+    signal done, so the next run acts on it and on the line after it."""
+    from snapshotter.engine.retry import SourceUnavailableError
+
+    path = tmp_path / "signals.jsonl"
+    extra = FILE_ONLY.format(path=path)
+    second = {"id": "second", "type": "log", "data": {"message": "after the first"}}
+    path.write_text(_line("first") + json.dumps(second) + "\n")
+    db, sink = Database(range(1, 4)), MemorySink()
+    db.commit(ITEMS, {"id": 3})  # a transaction boundary: the stop's checkpoint can run
+    run = Setup(tmp_path, db, sink, extra)
+
+    def down() -> list[object]:
+        raise ConnectionError("server closed the connection unexpectedly")
+
+    run.dialect.list_tables = down  # type: ignore[method-assign]
+    run.dialect.is_transient = lambda exc: True  # type: ignore[method-assign]
+    reader = run.engine.start()
+    with pytest.raises(SourceUnavailableError):
+        for _ in range(100):
+            run.engine.step(reader, until_caught_up=True)
+            run.clock.now += 0.05
+    run.engine.close()
+    state = run.store.load()
+    assert state.signal_channels == {f"file:{path}": 0} and state.snapshots == []
+    assert "first" not in state.processed_signals
+    again = Setup(tmp_path, db, sink, extra)
+    with caplog.at_level("INFO", logger="snapshotter.engine"):
+        assert again.until_caught_up() == 0
+    assert [p.signal_id for p in again.store.load().snapshots] == ["first"]
+    assert "signal second (log) received" in caplog.text
+
+
+def test_an_unreadable_file_is_logged_and_waited_for(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "signals.jsonl"
+    path.mkdir()  # a directory where the file should be
+    reader = SignalFile(path, 0)
+    with caplog.at_level("WARNING", logger="snapshotter.engine"):
+        assert reader.read() == [] and reader.read() == []
+    assert [r.getMessage() for r in caplog.records if "cannot be read" in r.getMessage()] == [
+        f"signal file {path} cannot be read ([Errno 21] Is a directory: '{path}'); waiting for it"
+    ]
+
+
+def test_a_signal_appended_after_a_line_without_its_newline_stays_its_own(
+    tmp_path: Path,
+) -> None:
+    from signals import SignalType, parse_signal
+    from snapshotter.app.cli.signals import _append_signal
+
+    path = tmp_path / "signals.jsonl"
+    path.write_text(_line("by-hand").rstrip("\n"))  # written by hand, no newline
+    signal = parse_signal("cli", SignalType.PAUSE_SNAPSHOT.value, None)
+    assert not isinstance(signal, ExecuteSnapshot)
+    _append_signal(path, signal)  # type: ignore[arg-type]
+    lines, end, _ = complete_lines(path.read_bytes(), 0, 1)
+    assert [x.id for x in lines] == ["by-hand", "cli"] and end == path.stat().st_size

@@ -99,11 +99,16 @@ def _append_signal(path: Path, signal: Signal) -> None:
     line = json.dumps({"id": signal.id, "type": signal.type.value, "data": signal.data()})
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     except OSError as exc:
         raise CliError(f"cannot open the signal file {path}: {exc.strerror}", code=1) from None
     try:
-        os.write(fd, (line + "\n").encode())
+        data = (line + "\n").encode()
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            data = b"\n" + data  # a line written by hand without its newline stays its own
+        while data:
+            data = data[os.write(fd, data) :]
         os.fsync(fd)
     finally:
         os.close(fd)

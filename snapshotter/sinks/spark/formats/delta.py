@@ -85,7 +85,10 @@ class DeltaTables:
     def _is_delta(self, path: str) -> bool:
         local = local_path(path)
         if local is not None:  # without a Spark call: a landing asks several times
-            return (Path(local) / "_delta_log").is_dir()
+            # A commit, not the directory alone: a crash while the first commit was being
+            # written (delta_create) leaves an empty _delta_log, which is no table yet.
+            log = Path(local) / "_delta_log"
+            return (log / f"{0:020d}.json").exists() or (log / "_last_checkpoint").exists()
         from delta.tables import DeltaTable
 
         return bool(DeltaTable.isDeltaTable(self.spark, path))

@@ -109,6 +109,8 @@ def create_table(location: str, schema: StructType, properties: Mapping[str, str
         os.link(pending, first)  # fails if another writer committed version 0 first
     except FileExistsError:
         pass
+    except OSError:  # a file system without hard links: Spark's builder creates it
+        return False
     finally:
         pending.unlink()
     return True

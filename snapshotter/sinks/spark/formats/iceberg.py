@@ -494,6 +494,14 @@ def _data_bytes(spark: SparkSession, name: str) -> int | None:
     where this process has the JVM (no Spark job), else from the ``snapshots`` metadata
     table (Spark Connect)."""
     try:
+        return _files_size(spark, name)
+    except Exception:  # only a hint for how to merge: a landing never fails on it
+        log.debug("%s: the size of its files is not known", name, exc_info=True)
+        return None
+
+
+def _files_size(spark: SparkSession, name: str) -> int | None:
+    try:
         jvm = spark._jvm
     except Exception:  # a Spark Connect session has none
         jvm = None
