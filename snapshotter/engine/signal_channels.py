@@ -29,9 +29,8 @@ def open_channels(config: Config, state: EngineState) -> list[ChannelReader]:
     if "file" in signals.channels and signals.file is not None:
         from snapshotter.engine.signal_file import SignalFile
 
-        reader = SignalFile(signals.file, 0)
-        reader.offset = state.signal_channels.get(reader.key, 0)
-        readers.append(reader)
+        offset = state.signal_channels.get(f"file:{signals.file}", 0)
+        readers.append(SignalFile(signals.file, offset))
     if "kafka" in signals.channels:
         from snapshotter.engine.signal_kafka import KafkaSignals
 
